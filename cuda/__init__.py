@@ -1,0 +1,1 @@
+"""CUDA C++ kernel sources for dgl_rsc, shipped as package data (``dgl_rsc.cuda``)."""

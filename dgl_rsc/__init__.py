@@ -1,0 +1,38 @@
+"""dgl_rsc: Randomized Sparse Computations (Liu et al., ICML 2023) for DGL.
+
+The forward sparse product stays exact; the backward product ``A^T @ dY`` is approximated by
+the top rows of ``A`` scored by ``||A[i, :]|| * ||dY[i, :]||`` under a per-layer budget.
+
+Entry points: :func:`patch` (stock DGL models), :mod:`dgl_rsc.nn` (drop-in convs),
+:func:`spmm` / :func:`spmm_csr` (the operator), and the ``dgl-rsc`` launcher.
+"""
+
+from .config import ConfigError, RSCConfig
+from .controller import RSCController
+from .csr import CSR
+from .graph import Graph
+from .patch import is_patched, patch
+from .spmm import spmm, spmm_csr, spmm_matrix
+
+__all__ = [
+    "CSR",
+    "ConfigError",
+    "Graph",
+    "RSCConfig",
+    "RSCController",
+    "is_patched",
+    "patch",
+    "spmm",
+    "spmm_csr",
+    "spmm_matrix",
+]
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `dgl_rsc.nn` on first use, so `import dgl_rsc` stays light.
+    if name == "nn":
+        import importlib
+
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError(f"module 'dgl_rsc' has no attribute {name!r}")

@@ -1,0 +1,107 @@
+"""Optional dependencies, probed once, in one place.
+
+Nothing else in the package wraps an import in ``try``/``except``: it asks one of the
+functions below. The probes are lazy (importing DGL or CuPy costs seconds) and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from types import ModuleType
+
+__all__ = [
+    "dgl_available",
+    "cupy_available",
+    "numba_cuda_available",
+    "require_dgl",
+    "require_cupy",
+    "require_numba_cuda",
+    "TORCH_VERSION",
+]
+
+
+def _torch_version() -> tuple[int, int]:
+    import torch
+
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+TORCH_VERSION = _torch_version()
+
+
+@functools.cache
+def _probe(name: str) -> tuple[ModuleType | None, str]:
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    try:
+        return importlib.import_module(name), ""
+    except Exception as exc:  # any failure to import means "not available"
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def dgl_available() -> bool:
+    """``True`` when DGL imports with the installed torch."""
+    return _probe("dgl")[0] is not None
+
+
+@functools.cache
+def cupy_available() -> bool:
+    """``True`` when CuPy imports and sees at least one CUDA device."""
+    cp = _probe("cupy")[0]
+    if cp is None:
+        return False
+    try:
+        return cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@functools.cache
+def numba_cuda_available() -> bool:
+    """``True`` when Numba's CUDA target works (a real GPU or the simulator)."""
+    cuda = _probe("numba.cuda")[0]
+    if cuda is None:
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def _require(name: str, ok: bool, hint: str) -> ModuleType:
+    if not ok:
+        reason = _probe(name)[1] or "no usable device"
+        raise ImportError(f"{name} is required here but is not usable ({reason}). {hint}")
+    return _probe(name)[0]
+
+
+def require_dgl() -> ModuleType:
+    """Return the ``dgl`` module or raise an ``ImportError`` that says how to get it."""
+    return _require(
+        "dgl",
+        dgl_available(),
+        "Install it with `pip install dgl==2.1.0` (needs torch<=2.2), or use the DGL-free "
+        "entry points: dgl_rsc.spmm_csr and dgl_rsc.graph.Graph.",
+    )
+
+
+def require_cupy() -> ModuleType:
+    """Return the ``cupy`` module or raise an ``ImportError`` naming what is missing."""
+    return _require(
+        "cupy",
+        cupy_available(),
+        "The 'cupy' backend needs `pip install cupy-cuda12x` (or cupy-cuda13x) and a CUDA "
+        "device; use backend='torch' or 'auto' otherwise.",
+    )
+
+
+def require_numba_cuda() -> ModuleType:
+    """Return ``numba.cuda`` or raise an ``ImportError`` naming what is missing."""
+    return _require(
+        "numba.cuda",
+        numba_cuda_available(),
+        "The 'numba' backend needs numba (and numba-cuda on CUDA 13) with a CUDA device, or "
+        "NUMBA_ENABLE_CUDASIM=1 for the simulator; use backend='torch' or 'auto' otherwise.",
+    )

@@ -1,0 +1,134 @@
+"""``RSCConfig``: the one validated configuration shared by the patch, the layers and the launcher."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Mapping, Optional
+
+__all__ = ["RSCConfig", "ConfigError", "BACKENDS", "RULES", "unknown_key_message"]
+
+BACKENDS = ("auto", "torch", "cupy", "numba")
+RULES = ("topk", "cost")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names the key and the fix."""
+
+
+def unknown_key_message(key: str, allowed, where: str = "") -> str:
+    """Message for an unknown key: lists the allowed keys and the nearest match."""
+    allowed = sorted(allowed)
+    near = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" Did you mean '{near[0]}'?" if near else ""
+    place = f" in {where}" if where else ""
+    return f"unknown key '{key}'{place}.{hint} Allowed keys: {', '.join(allowed)}."
+
+
+@dataclasses.dataclass(frozen=True)
+class RSCConfig:
+    """Settings of Randomized Sparse Computations.
+
+    Attributes:
+        budget: fraction C in (0, 1] of the exact backward sparse work that the approximate
+            backward may spend, summed over layers (``sum_l nnz(A[S_l]) d_l <= C sum_l nnz(A) d_l``).
+        cache_interval: steps between re-sampling the kept rows (>= 1); the sliced sparse
+            structure is reused in between.
+        tune_interval: steps between re-allocations of the budget across layers (>= 1).
+        switch_at: fraction of ``total_steps`` after which the backward is exact (1.0 = never).
+        total_steps: the number of optimizer steps of the run; ``None`` disables switching.
+        warmup_steps: exact steps at the start that only record scores (>= 0).
+        min_k: the fewest rows any layer keeps (>= 0).
+        rule: ``"topk"`` keeps rows by score ``s_i`` (the paper); ``"cost"`` keeps rows by
+            ``s_i^2 / nnz_i`` (the fractional-knapsack rule for the left-out energy).
+        ema: weight of the newest score in the running average, in (0, 1].
+        backend: ``"auto"``, ``"torch"``, ``"cupy"`` or ``"numba"`` for the sampling kernels.
+        seed: seed for any randomized choice (ties are broken deterministically anyway).
+    """
+
+    budget: float = 0.1
+    cache_interval: int = 10
+    tune_interval: int = 10
+    switch_at: float = 0.8
+    total_steps: Optional[int] = None
+    warmup_steps: int = 2
+    min_k: int = 10
+    rule: str = "cost"
+    ema: float = 0.5
+    backend: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self):
+        _check_number(self, "budget", float, lo=0.0, hi=1.0, lo_open=True)
+        _check_number(self, "cache_interval", int, lo=1)
+        _check_number(self, "tune_interval", int, lo=1)
+        _check_number(self, "switch_at", float, lo=0.0, hi=1.0)
+        if self.total_steps is not None:
+            _check_number(self, "total_steps", int, lo=1)
+        _check_number(self, "warmup_steps", int, lo=0)
+        _check_number(self, "min_k", int, lo=0)
+        _check_number(self, "ema", float, lo=0.0, hi=1.0, lo_open=True)
+        _check_number(self, "seed", int, lo=0)
+        _check_choice(self, "rule", RULES)
+        _check_choice(self, "backend", BACKENDS)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """The allowed configuration keys."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, data: Optional[Mapping[str, Any]], where: str = "rsc") -> RSCConfig:
+        """Build from a mapping (a YAML section), rejecting unknown keys by name.
+
+        >>> RSCConfig.from_dict({"budget": 0.3}).budget
+        0.3
+        >>> RSCConfig.from_dict({"budjet": 0.3})
+        Traceback (most recent call last):
+        ...
+        dgl_rsc.config.ConfigError: unknown key 'budjet' in rsc. Did you mean 'budget'? ...
+        """
+        data = dict(data or {})
+        for key in data:
+            if key not in cls.keys():
+                raise ConfigError(unknown_key_message(key, cls.keys(), where))
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        """Plain-dict view, for YAML and JSON output."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes) -> RSCConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def switch_step(self) -> Optional[int]:
+        """First step whose backward is exact again, or ``None`` when it never switches."""
+        if self.total_steps is None or self.switch_at >= 1.0:
+            return None
+        return int(self.switch_at * self.total_steps)
+
+
+def _check_number(cfg, key, kind, lo=None, hi=None, lo_open=False):
+    value = getattr(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"RSCConfig.{key} must be a number, got {value!r}.")
+    if kind is int and not float(value).is_integer():
+        raise ConfigError(f"RSCConfig.{key} must be an integer, got {value!r}.")
+    value = kind(value)
+    object.__setattr__(cfg, key, value)
+    bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
+    bad_hi = hi is not None and value > hi
+    if bad_lo or bad_hi:
+        lo_s = "(" if lo_open else "["
+        rng = f"{lo_s}{lo}, {hi if hi is not None else 'inf'}]"
+        raise ConfigError(f"RSCConfig.{key}={value!r} is out of range; it must lie in {rng}.")
+
+
+def _check_choice(cfg, key, choices):
+    value = getattr(cfg, key)
+    if value not in choices:
+        near = difflib.get_close_matches(str(value), choices, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise ConfigError(f"RSCConfig.{key}={value!r} is not one of {', '.join(choices)}.{hint}")

@@ -1,0 +1,248 @@
+"""``CSR``: the DGL-free sparse matrix that every dgl_rsc operator takes.
+
+A ``CSR`` holds ``A`` of shape ``(M, N)`` as ``indptr (M+1,)``, ``indices (nnz,)`` (column ids)
+and optional ``values (nnz,)`` (``None`` means all ones). Structure-derived data (row lengths,
+the transposed structure) is computed once per structure and shared by every ``CSR`` made
+from it with :meth:`CSR.with_values`, so a graph that is reused across training steps pays
+for its transpose once.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional, Sequence
+
+import torch
+
+__all__ = ["CSR", "check_csr"]
+
+_TOKENS = itertools.count(1)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def check_csr(indptr, indices, values, shape) -> tuple[int, int]:
+    """Validate CSR tensors; raise ``TypeError``/``ValueError`` that names the argument."""
+    for name, t in (("indptr", indptr), ("indices", indices)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}.")
+        if t.dtype not in INDEX_DTYPES:
+            raise TypeError(f"{name} must be int32 or int64, got {t.dtype}; cast with .long().")
+        if t.dim() != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}.")
+    if indptr.dtype != indices.dtype:
+        raise TypeError(
+            f"indptr ({indptr.dtype}) and indices ({indices.dtype}) must share one index dtype."
+        )
+    if indptr.device != indices.device:
+        raise ValueError(f"indptr is on {indptr.device} but indices on {indices.device}.")
+    if len(shape) != 2 or any(int(s) < 0 for s in shape):
+        raise ValueError(f"shape must be (rows, cols) with non-negative sizes, got {shape}.")
+    m, n = int(shape[0]), int(shape[1])
+    if indptr.numel() != m + 1:
+        raise ValueError(f"indptr has {indptr.numel()} entries; a {m}-row matrix needs {m + 1}.")
+    if values is not None:
+        if not isinstance(values, torch.Tensor):
+            raise TypeError(f"values must be a torch.Tensor or None, got {type(values).__name__}.")
+        if not values.is_floating_point():
+            raise TypeError(f"values must be floating point, got {values.dtype}.")
+        if values.dim() != 1 or values.numel() != indices.numel():
+            raise ValueError(
+                f"values must have shape ({indices.numel()},) like indices, got "
+                f"{tuple(values.shape)}."
+            )
+        if values.device != indices.device:
+            raise ValueError(f"values are on {values.device} but indices on {indices.device}.")
+    return m, n
+
+
+class _Structure:
+    """Index tensors of one sparsity pattern plus what is derived from them, lazily."""
+
+    def __init__(self, indptr, indices, shape):
+        self.indptr = indptr
+        self.indices = indices
+        self.shape = shape
+        self.token = next(_TOKENS)
+        self._row_nnz = None
+        self._transposed = None
+
+    def row_nnz(self) -> torch.Tensor:
+        if self._row_nnz is None:
+            self._row_nnz = (self.indptr[1:] - self.indptr[:-1]).long()
+        return self._row_nnz
+
+    def row_ids(self) -> torch.Tensor:
+        """``(nnz,)`` row id of every stored entry (int64)."""
+        m = self.shape[0]
+        return torch.repeat_interleave(
+            torch.arange(m, device=self.indptr.device), self.row_nnz(), output_size=self.nnz
+        )
+
+    @property
+    def nnz(self) -> int:
+        return self.indices.numel()
+
+    def transposed(self):
+        """``(t_indptr (N+1,), t_rows (nnz,), perm (nnz,))`` of ``A^T`` in CSR form.
+
+        ``perm`` maps positions of ``A^T``'s entries to positions in ``A``: the values of
+        ``A^T`` are ``values[perm]``. Entries of a column keep ascending row order.
+        """
+        if self._transposed is None:
+            n = self.shape[1]
+            cols = self.indices.long()
+            perm = torch.sort(cols, stable=True).indices
+            counts = torch.bincount(cols, minlength=n) if cols.numel() else cols.new_zeros(n)
+            t_indptr = torch.zeros(n + 1, dtype=torch.long, device=cols.device)
+            torch.cumsum(counts, 0, out=t_indptr[1:])
+            t_rows = self.row_ids()[perm]
+            idt = self.indices.dtype
+            self._transposed = (t_indptr.to(idt), t_rows.to(idt), perm)
+        return self._transposed
+
+
+class CSR:
+    """A sparse matrix ``A`` of shape ``(M, N)`` in CSR form.
+
+    Args:
+        indptr: ``(M+1,)`` int32 or int64 row pointers.
+        indices: ``(nnz,)`` column ids, same dtype and device as ``indptr``.
+        values: ``(nnz,)`` floating values, or ``None`` for an all-ones (unweighted) matrix.
+        shape: ``(M, N)``.
+        check: validate the arguments (cheap checks only, no pass over the data).
+
+    Example:
+        >>> import torch
+        >>> A = CSR(torch.tensor([0, 2, 3]), torch.tensor([0, 1, 1]), None, (2, 2))
+        >>> A.nnz, A.shape
+        (3, (2, 2))
+        >>> A.row_nnz().tolist()
+        [2, 1]
+    """
+
+    def __init__(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        values: Optional[torch.Tensor] = None,
+        shape: Optional[Sequence[int]] = None,
+        check: bool = True,
+        _structure: Optional[_Structure] = None,
+    ):
+        if shape is None:
+            ncols = int(indices.max()) + 1 if indices.numel() else 0
+            shape = (indptr.numel() - 1, ncols)
+        if check:
+            shape = check_csr(indptr, indices, values, shape)
+        shape = (int(shape[0]), int(shape[1]))
+        self._s = _structure if _structure is not None else _Structure(indptr, indices, shape)
+        self.values = values
+
+    # -- structure ---------------------------------------------------------------------
+    @property
+    def indptr(self) -> torch.Tensor:
+        return self._s.indptr
+
+    @property
+    def indices(self) -> torch.Tensor:
+        return self._s.indices
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._s.shape
+
+    @property
+    def nnz(self) -> int:
+        return self._s.nnz
+
+    @property
+    def device(self) -> torch.device:
+        return self._s.indptr.device
+
+    @property
+    def token(self) -> int:
+        """Unique id of the sparsity structure (caches key on it, never on ``id()``)."""
+        return self._s.token
+
+    def row_nnz(self) -> torch.Tensor:
+        """``(M,)`` int64 number of stored entries per row."""
+        return self._s.row_nnz()
+
+    def row_ids(self) -> torch.Tensor:
+        """``(nnz,)`` int64 row id of each stored entry."""
+        return self._s.row_ids()
+
+    def with_values(self, values: Optional[torch.Tensor]) -> CSR:
+        """Same structure (and cached transpose), other values."""
+        if values is not None:
+            check_csr(self.indptr, self.indices, values, self.shape)
+        return CSR(self.indptr, self.indices, values, self.shape, check=False, _structure=self._s)
+
+    def transposed(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Structure of ``A^T``: ``(t_indptr (N+1,), t_rows (nnz,), perm (nnz,))``."""
+        return self._s.transposed()
+
+    def transpose(self) -> CSR:
+        """``A^T`` as a ``CSR`` of shape ``(N, M)``."""
+        t_indptr, t_rows, perm = self.transposed()
+        vals = None if self.values is None else self.values[perm]
+        return CSR(t_indptr, t_rows, vals, (self.shape[1], self.shape[0]), check=False)
+
+    # -- values ------------------------------------------------------------------------
+    def row_norms(self) -> torch.Tensor:
+        """``(M,)`` float32 Euclidean norm of each row, ``||A[i, :]||_2``."""
+        if self.values is None:
+            return self.row_nnz().float().sqrt()
+        sq = self.values.detach().float().square()
+        out = torch.zeros(self.shape[0], dtype=torch.float32, device=self.device)
+        out.index_add_(0, self.row_ids(), sq)
+        return out.sqrt()
+
+    def values_or_ones(self, dtype: torch.dtype) -> torch.Tensor:
+        """``(nnz,)`` values in ``dtype`` (ones when the matrix is unweighted)."""
+        if self.values is None:
+            return torch.ones(self.nnz, dtype=dtype, device=self.device)
+        return self.values.to(dtype)
+
+    def to_dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """``(M, N)`` dense copy, for tests and small examples."""
+        out = torch.zeros(self.shape, dtype=dtype, device=self.device)
+        out.index_put_(
+            (self.row_ids(), self.indices.long()), self.values_or_ones(dtype), accumulate=True
+        )
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes held by the index and value tensors."""
+        total = self.indptr.numel() * self.indptr.element_size()
+        total += self.indices.numel() * self.indices.element_size()
+        if self.values is not None:
+            total += self.values.numel() * self.values.element_size()
+        return total
+
+    @classmethod
+    def from_coo(cls, row, col, values=None, shape=None) -> CSR:
+        """Build from COO arrays (any order; duplicates are kept as separate entries)."""
+        row, col = row.long(), col.long()
+        if shape is None:
+            shape = (
+                int(row.max()) + 1 if row.numel() else 0,
+                int(col.max()) + 1 if col.numel() else 0,
+            )
+        order = torch.argsort(row * max(int(shape[1]), 1) + col, stable=True)
+        counts = (
+            torch.bincount(row, minlength=int(shape[0]))
+            if row.numel()
+            else row.new_zeros(int(shape[0]))
+        )
+        indptr = torch.zeros(int(shape[0]) + 1, dtype=torch.long, device=row.device)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        vals = None if values is None else values[order]
+        return cls(indptr, col[order], vals, shape)
+
+    def __repr__(self) -> str:
+        kind = "unweighted" if self.values is None else str(self.values.dtype)
+        return (
+            f"CSR(shape={self.shape}, nnz={self.nnz}, index={self.indices.dtype}, "
+            f"values={kind}, device={self.device})"
+        )

@@ -1,0 +1,124 @@
+"""``Graph``: a DGL-free homogeneous graph for the drop-in layers, and the one function that
+turns either a ``Graph`` or a ``DGLGraph`` into the message-passing adjacency.
+
+Messages flow ``src -> dst``; the adjacency is ``A (num_nodes, num_nodes)`` with
+``A[v, u] = w_e`` for each edge ``e = (u -> v)``. Method names follow ``DGLGraph`` so that a
+layer can call ``graph.in_degrees()`` on either kind.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .csr import CSR
+from .structure_cache import StructureCache
+
+__all__ = ["Graph", "adjacency"]
+
+
+class Graph:
+    """A homogeneous directed graph held as CSR by destination.
+
+    Args:
+        src: ``(E,)`` int source node of each edge.
+        dst: ``(E,)`` int destination node of each edge.
+        num_nodes: number of nodes ``N`` (default: ``max(src, dst) + 1``).
+
+    Example:
+        >>> import torch
+        >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
+        >>> g.num_nodes(), g.num_edges(), g.in_degrees().tolist()
+        (3, 3, [1, 1, 1])
+    """
+
+    is_block = False
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_nodes: Optional[int] = None):
+        if src.shape != dst.shape or src.dim() != 1:
+            raise ValueError(
+                f"src and dst must be 1-D of equal length, got {tuple(src.shape)} and "
+                f"{tuple(dst.shape)}."
+            )
+        if num_nodes is None:
+            num_nodes = int(torch.cat([src, dst]).max()) + 1 if src.numel() else 0
+        self.src, self.dst = src.long(), dst.long()
+        self._n = int(num_nodes)
+        key = self.dst * max(self._n, 1) + self.src
+        self._eids = torch.argsort(key, stable=True)  # edge id of each stored entry
+        counts = torch.bincount(self.dst, minlength=self._n)
+        indptr = torch.zeros(self._n + 1, dtype=torch.long, device=src.device)
+        torch.cumsum(counts, 0, out=indptr[1:])
+        self.adj = CSR(indptr, self.src[self._eids], None, (self._n, self._n))
+
+    @classmethod
+    def from_dgl(cls, g) -> Graph:
+        """Copy the edges of a homogeneous ``DGLGraph``."""
+        src, dst = g.edges()
+        return cls(src, dst, g.num_nodes())
+
+    # DGLGraph-like queries ---------------------------------------------------------------
+    def num_nodes(self) -> int:
+        return self._n
+
+    num_src_nodes = num_dst_nodes = num_nodes
+
+    def num_edges(self) -> int:
+        return self.src.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.src.device
+
+    def in_degrees(self) -> torch.Tensor:
+        """``(N,)`` int64 in-degree of each node."""
+        return self.adj.row_nnz()
+
+    def out_degrees(self) -> torch.Tensor:
+        """``(N,)`` int64 out-degree of each node."""
+        return torch.bincount(self.src, minlength=self._n)
+
+    def add_self_loop(self) -> Graph:
+        """A new graph with one self-loop added to every node."""
+        loops = torch.arange(self._n, device=self.device)
+        return Graph(torch.cat([self.src, loops]), torch.cat([self.dst, loops]), self._n)
+
+    def to(self, device) -> Graph:
+        return Graph(self.src.to(device), self.dst.to(device), self._n)
+
+    def adjacency(self, edge_weight: Optional[torch.Tensor] = None) -> CSR:
+        """``CSR (N, N)`` by destination; ``edge_weight (E,)`` (edge-id order) as values."""
+        if edge_weight is None:
+            return self.adj
+        if edge_weight.shape[0] != self.num_edges():
+            raise ValueError(
+                f"edge_weight has {edge_weight.shape[0]} entries but the graph has "
+                f"{self.num_edges()} edges."
+            )
+        return self.adj.with_values(edge_weight.reshape(-1)[self._eids])
+
+    def __repr__(self) -> str:
+        return f"Graph(num_nodes={self._n}, num_edges={self.num_edges()}, device={self.device})"
+
+
+def adjacency(graph, edge_weight=None, cache: Optional[StructureCache] = None) -> CSR:
+    """The message-passing adjacency of a ``Graph`` or a homogeneous ``DGLGraph``."""
+    if isinstance(graph, Graph):
+        return graph.adjacency(edge_weight)
+    from . import _deps
+
+    _deps.require_dgl()
+    from .dgl_interop import csr_from_graph
+
+    if len(graph.canonical_etypes) != 1:
+        raise ValueError(
+            "dgl_rsc layers take homogeneous graphs (one edge type); got edge types "
+            f"{graph.canonical_etypes}. Use dgl.to_homogeneous(g) first."
+        )
+    if edge_weight is not None and edge_weight.shape[0] != graph.num_edges():
+        raise ValueError(
+            f"edge_weight has {edge_weight.shape[0]} entries but the graph has "
+            f"{graph.num_edges()} edges."
+        )
+    return csr_from_graph(graph, edge_weight, cache)

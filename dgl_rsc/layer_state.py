@@ -1,0 +1,244 @@
+"""``LayerState``: one approximated product's scores, allocation, cached sample and counters."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+from .backends import resolve
+from .csr import CSR
+from .products import csr_mm, csr_t_mm
+
+if TYPE_CHECKING:
+    from .controller import RSCController
+
+__all__ = ["LayerState", "Sample", "draw_sample"]
+
+
+@dataclass
+class Sample:
+    """A cached row sample: ``A[S, :]^T`` as a CSR of shape ``(N, M)`` plus bookkeeping."""
+
+    token: Optional[int]  # structure token of the A it was cut from
+    epoch: tuple  # (cache epoch, allocation version)
+    t_slice: CSR
+    k: torch.Tensor  # 0-dim, rows kept
+    nnz: torch.Tensor  # 0-dim, non-zeros kept
+
+
+def draw_sample(A: CSR, dY: torch.Tensor, nnz_budget: int, rule: str, min_k: int, backend):
+    """Score rows, select them under ``nnz_budget`` and cut ``A[S, :]^T``.
+
+    Args:
+        A: ``(M, N)`` sparse matrix.
+        dY: ``(M, D)`` output gradient.
+    Returns:
+        ``(t_slice CSR (N, M), k, nnz_kept, scores (M,))``.
+    """
+    scores = backend.row_scores(A.row_norms(), dY)
+    from .backends.torch_ref import selection_key
+
+    key = selection_key(scores, A.row_nnz(), rule)
+    mask, k = backend.select_rows(key, A.row_nnz(), int(nnz_budget), min_k)
+    t_indptr, t_rows, perm = A.transposed()
+    t_vals = None if A.values is None else A.values.detach()[perm]
+    s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask)
+    t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
+    return t_slice, k, s_indptr[-1].long(), scores
+
+
+class LayerState:
+    """State of layer ``index`` of a controller.
+
+    Holds the running-average row scores, the non-zero budget the solver gave the layer,
+    the cached sample and statistics. Cleared by :meth:`clear_cache`.
+    """
+
+    def __init__(self, controller: RSCController, index: int):
+        self.controller = controller
+        self.index = index
+        self.ema: Optional[torch.Tensor] = None
+        self.ema_token: Optional[int] = None
+        self.row_nnz: Optional[torch.Tensor] = None
+        self.width = 0
+        self.nnz_budget: Optional[int] = None
+        self._sample: Optional[Sample] = None
+        self.reset_stats()
+
+    def reset_stats(self):
+        self.hits = 0
+        self.misses = 0
+        self.approx_calls = 0
+        self.exact_calls = 0
+        self.nnz_visited = 0  # accumulated lazily from tensors
+        self.nnz_exact = 0
+        self._pending_nnz: list[torch.Tensor] = []
+        self._timers: list = []
+        self.select_seconds = 0.0
+        self.last_k: Optional[torch.Tensor] = None
+        self.last_rows = 0
+
+    def clear_cache(self):
+        """Drop the cached sample (the next approximate backward re-samples)."""
+        self._sample = None
+
+    def cache_bytes(self) -> int:
+        return 0 if self._sample is None else self._sample.t_slice.nbytes()
+
+    # -- the backward product ----------------------------------------------------------
+    def backward_product(self, A: CSR, dY: torch.Tensor) -> torch.Tensor:
+        """``(N, D)`` approximation of ``A^T @ dY`` for ``A (M, N)``, ``dY (M, D)``."""
+        ctl = self.controller
+        cfg = ctl.config
+        phase = ctl.phase()
+        self._bind(A)
+        self.width = dY.shape[1]
+        self.last_rows = A.shape[0]
+        self.nnz_exact += A.nnz
+        if phase == "exact":
+            self.exact_calls += 1
+            self.nnz_visited += A.nnz
+            return csr_t_mm(A, dY)
+        if phase == "warmup":
+            self.exact_calls += 1
+            self.nnz_visited += A.nnz
+            scores = A.row_norms() * torch.linalg.vector_norm(dY.float(), dim=1)
+            self._record(A, scores)
+            return csr_t_mm(A, dY)
+        self.approx_calls += 1
+        epoch = (ctl.cache_epoch(), ctl.alloc_version)
+        s = self._sample
+        if s is not None and s.token == A.token and s.epoch == epoch:
+            self.hits += 1
+        else:
+            self.misses += 1
+            s = self._refresh(A, dY, epoch)
+        self._pending_nnz.append(s.nnz)
+        return csr_mm(s.t_slice, dY)
+
+    def _bind(self, A: CSR):
+        """After a checkpoint restore, adopt the first matrix of the saved shape."""
+        if self.ema is not None and self.ema_token is None and self.ema.shape[0] == A.shape[0]:
+            self.ema_token = A.token
+        s = self._sample
+        if s is not None and s.token is None and s.t_slice.shape == (A.shape[1], A.shape[0]):
+            s.token = A.token
+
+    def export(self) -> dict:
+        """Tensors and numbers describing this layer (for checkpoints)."""
+        s = self._sample
+        out = {
+            "ema": self.ema,
+            "row_nnz": self.row_nnz,
+            "width": self.width,
+            "nnz_budget": -1 if self.nnz_budget is None else self.nnz_budget,
+            "sample": None,
+        }
+        if s is not None:
+            t = s.t_slice
+            out["sample"] = {
+                "indptr": t.indptr,
+                "indices": t.indices,
+                "values": t.values,
+                "shape": list(t.shape),
+                "epoch": list(s.epoch),
+                "k": s.k,
+                "nnz": s.nnz,
+            }
+        return out
+
+    def restore(self, d: dict) -> None:
+        """Inverse of :meth:`export`; the state re-binds to the graph on first use."""
+        self.ema = d["ema"]
+        self.row_nnz = d["row_nnz"]
+        self.width = int(d["width"])
+        self.nnz_budget = None if int(d["nnz_budget"]) < 0 else int(d["nnz_budget"])
+        self.ema_token = None
+        self._sample = None
+        sd = d.get("sample")
+        if sd is not None:
+            t = CSR(sd["indptr"], sd["indices"], sd["values"], tuple(sd["shape"]), check=False)
+            self._sample = Sample(None, tuple(int(e) for e in sd["epoch"]), t, sd["k"], sd["nnz"])
+
+    def _refresh(self, A: CSR, dY: torch.Tensor, epoch) -> Sample:
+        ctl = self.controller
+        cfg = ctl.config
+        backend = resolve(cfg.backend, dY.device)
+        if self.nnz_budget is not None and self.ema_token == A.token:
+            budget = self.nnz_budget
+        else:
+            budget = int(cfg.budget * A.nnz)
+        timer = _Timer(dY.device)
+        t_slice, k, nnz, scores = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend)
+        self._timers.append(timer.stop())
+        self._record(A, scores)
+        self.last_k = k
+        self._sample = Sample(A.token, epoch, t_slice, k, nnz)
+        return self._sample
+
+    def _record(self, A: CSR, scores: torch.Tensor):
+        """Fold fresh scores into the running average (reset when the graph changes)."""
+        scores = torch.nan_to_num(scores.detach(), nan=0.0, posinf=0.0)
+        if self.ema is None or self.ema_token != A.token or self.ema.shape != scores.shape:
+            self.ema = scores.clone()
+            self.ema_token = A.token
+            self.row_nnz = A.row_nnz()
+            self.nnz_budget = None
+        else:
+            w = self.controller.config.ema
+            self.ema.mul_(1 - w).add_(scores, alpha=w)
+
+    # -- statistics --------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Plain numbers (synchronizes with the device once)."""
+        if self._pending_nnz:
+            self.nnz_visited += int(torch.stack(self._pending_nnz).sum())
+            self._pending_nnz = []
+        if self._timers:
+            self.select_seconds += sum(t.seconds() for t in self._timers)
+            self._timers = []
+        return {
+            "layer": self.index,
+            "rows": self.last_rows,
+            "k": None if self.last_k is None else int(self.last_k),
+            "width": self.width,
+            "nnz_budget": self.nnz_budget,
+            "nnz_visited": self.nnz_visited,
+            "nnz_exact": self.nnz_exact,
+            "visited_fraction": self.nnz_visited / self.nnz_exact if self.nnz_exact else 1.0,
+            "approx_calls": self.approx_calls,
+            "exact_calls": self.exact_calls,
+            "cache_hits": self.hits,
+            "cache_misses": self.misses,
+            "cache_bytes": self.cache_bytes(),
+            "select_seconds": self.select_seconds,
+        }
+
+
+class _Timer:
+    """Wall time of a region; on CUDA through events, read only when stats are asked for."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
+
+    def stop(self) -> _Timer:
+        if self.cuda:
+            self.end.record()
+        else:
+            self.elapsed = time.perf_counter() - self.t0
+        return self
+
+    def seconds(self) -> float:
+        if self.cuda:
+            self.end.synchronize()
+            return self.start.elapsed_time(self.end) / 1000.0
+        return self.elapsed

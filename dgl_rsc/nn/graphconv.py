@@ -1,0 +1,122 @@
+"""``GraphConv``: DGL's graph convolution (Kipf and Welling) with an RSC backward."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._base import RSCLayer, check_in_degrees
+
+__all__ = ["GraphConv"]
+
+NORMS = ("none", "both", "right", "left")
+
+
+class GraphConv(RSCLayer):
+    """Drop-in for ``dgl.nn.GraphConv``: same arguments, parameters and forward output.
+
+    ``h_i = sum_j c_ij h_j W + b`` with ``c_ij`` from ``norm``. The aggregation's backward
+    is approximated by RSC; the gradients of ``W``, ``b`` and ``edge_weight`` are exact
+    given the approximate upstream gradient.
+
+    Args:
+        in_feats: input width ``D_in``.
+        out_feats: output width ``D_out``.
+        norm: ``"both"`` (symmetric), ``"right"`` (mean over in-edges), ``"left"`` or
+            ``"none"``.
+        weight: learn ``W (D_in, D_out)``.
+        bias: learn ``b (D_out,)``.
+        activation: callable applied last, or ``None``.
+        allow_zero_in_degree: skip the zero-in-degree check.
+
+    Shapes:
+        ``forward(graph, feat (N, D_in) or pair, weight=None, edge_weight (E,) =None)``
+        -> ``(N_dst, D_out)``.
+    """
+
+    def __init__(
+        self,
+        in_feats,
+        out_feats,
+        norm="both",
+        weight=True,
+        bias=True,
+        activation=None,
+        allow_zero_in_degree=False,
+    ):
+        super().__init__()
+        if norm not in NORMS:
+            raise ValueError(
+                f'Invalid norm value. Must be either "none", "both", "right" or "left". But '
+                f'got "{norm}".'
+            )
+        self._in_feats = in_feats
+        self._out_feats = out_feats
+        self._norm = norm
+        self._allow_zero_in_degree = allow_zero_in_degree
+        if weight:
+            self.weight = nn.Parameter(torch.Tensor(in_feats, out_feats))
+        else:
+            self.register_parameter("weight", None)
+        if bias:
+            self.bias = nn.Parameter(torch.Tensor(out_feats))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+        self._activation = activation
+
+    def reset_parameters(self):
+        """Glorot-uniform ``W``, zero ``b``; drops RSC's cached sample too."""
+        if self.weight is not None:
+            nn.init.xavier_uniform_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        if self._rsc_ctl is not None:
+            self._rsc_ctl.layer(self._rsc_index).clear_cache()
+
+    def set_allow_zero_in_degree(self, set_value):
+        self._allow_zero_in_degree = set_value
+
+    def forward(self, graph, feat, weight=None, edge_weight=None):
+        if not self._allow_zero_in_degree:
+            check_in_degrees(graph)
+        if isinstance(feat, tuple):
+            feat_src, feat_dst = feat
+        else:
+            feat_src = feat_dst = feat
+        if self._norm in ("left", "both"):
+            degs = graph.out_degrees().to(feat_src).clamp(min=1)
+            norm = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
+            feat_src = feat_src * norm.reshape(norm.shape + (1,) * (feat_src.dim() - 1))
+        if weight is not None:
+            if self.weight is not None:
+                raise ValueError(
+                    "External weight is provided while at the same time the module has "
+                    "defined its own weight parameter. Please create the module with flag "
+                    "weight=False."
+                )
+        else:
+            weight = self.weight
+        if self._in_feats > self._out_feats:
+            if weight is not None:
+                feat_src = torch.matmul(feat_src, weight)
+            rst = self._aggregate(graph, feat_src, edge_weight)
+        else:
+            rst = self._aggregate(graph, feat_src, edge_weight)
+            if weight is not None:
+                rst = torch.matmul(rst, weight)
+        if self._norm in ("right", "both"):
+            degs = graph.in_degrees().to(feat_dst).clamp(min=1)
+            norm = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
+            rst = rst * norm.reshape(norm.shape + (1,) * (feat_dst.dim() - 1))
+        if self.bias is not None:
+            rst = rst + self.bias
+        if self._activation is not None:
+            rst = self._activation(rst)
+        return rst
+
+    def extra_repr(self):
+        summary = "in={_in_feats}, out={_out_feats}, normalization={_norm}"
+        if "_activation" in self.__dict__:
+            summary += ", activation={_activation}"
+        return summary.format(**self.__dict__)
