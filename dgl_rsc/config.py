@@ -1,4 +1,4 @@
-"""``RSCConfig``: the one validated configuration shared by the patch, the layers and the launcher."""
+"""``RSCConfig``: one validated configuration for the patch, the layers and the launcher."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ class RSCConfig:
 
     Attributes:
         budget: fraction C in (0, 1] of the exact backward sparse work that the approximate
-            backward may spend, summed over layers (``sum_l nnz(A[S_l]) d_l <= C sum_l nnz(A) d_l``).
+            backward may spend, summed over layers:
+            ``sum_l nnz(A[S_l]) d_l <= C sum_l nnz(A) d_l``.
         cache_interval: steps between re-sampling the kept rows (>= 1); the sliced sparse
             structure is reused in between.
         tune_interval: steps between re-allocations of the budget across layers (>= 1).

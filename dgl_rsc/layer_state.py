@@ -92,7 +92,6 @@ class LayerState:
     def backward_product(self, A: CSR, dY: torch.Tensor) -> torch.Tensor:
         """``(N, D)`` approximation of ``A^T @ dY`` for ``A (M, N)``, ``dY (M, D)``."""
         ctl = self.controller
-        cfg = ctl.config
         phase = ctl.phase()
         self._bind(A)
         self.width = dY.shape[1]
