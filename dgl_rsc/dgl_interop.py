@@ -35,19 +35,25 @@ def csr_from_sparse_matrix(A, cache: Optional[StructureCache] = None) -> CSR:
 
 def csr_from_graph_index(gidx, cache: Optional[StructureCache] = None):
     """``(CSR (num_dst, num_src) unweighted, eids (nnz,) or None)`` of a homogeneous graph
-    index; ``eids[p]`` is the edge id of stored entry ``p`` (``None`` when identity)."""
+    index; ``eids[p]`` is the edge id of stored entry ``p`` (``None`` when identity).
+
+    DGL returns its own cached in-edge CSR arrays here (no copy), so their data pointers
+    identify the structure across the fresh graph-index objects DGL makes per call.
+    """
+    nrows, ncols, indptr, indices, eids = gidx.adjacency_matrix_tensors(0, True, "csr")
 
     def build():
-        nrows, ncols, indptr, indices, eids = gidx.adjacency_matrix_tensors(0, True, "csr")
-        if eids.numel() == 0 and indices.numel() > 0:
-            eids = None
-        elif eids.numel() and bool(
-            (eids == torch.arange(eids.numel(), device=eids.device, dtype=eids.dtype)).all()
+        ids = eids
+        if ids.numel() == 0 or bool(
+            (ids == torch.arange(ids.numel(), device=ids.device, dtype=ids.dtype)).all()
         ):
-            eids = None
-        return CSR(indptr, indices, None, (nrows, ncols), check=False), eids
+            ids = None
+        return CSR(indptr, indices, None, (nrows, ncols), check=False), ids
 
-    return cache.get(gidx, build) if cache is not None else build()
+    if cache is None:
+        return build()
+    key = ("csr", indptr.data_ptr(), indices.data_ptr(), nrows, ncols, indices.numel())
+    return cache.get_by_key(key, (indptr, indices, eids), build)
 
 
 def csr_from_graph(g, edge_weight: Optional[torch.Tensor] = None, cache=None) -> CSR:

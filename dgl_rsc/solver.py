@@ -12,7 +12,11 @@ multi-way greedy over per-layer sequences that must be consumed in order takes e
 of a sequence once the threshold passes the running maximum of that sequence's ratios up
 to ``j``; so sorting all rows of all layers by that running maximum gives the greedy's whole
 removal order in one vectorized pass. The cut is the shortest removal prefix that meets the
-budget. Finally, rows are added back (next row of a layer's kept prefix) while slack allows.
+budget. Then a local search exchanges rows between layers (extend one layer's prefix,
+shrink another's just enough) while that lowers the error; each pair of layers is scored
+for all extension lengths at once from prefix sums. The local search also polishes a second
+start, the reference's 2%-of-rows moves, and the better result is returned: on random
+instances the one-row greedy alone lost to the coarse one on about 1 in 40, by <0.3%.
 """
 
 from __future__ import annotations
@@ -114,7 +118,10 @@ def allocate(problems: Sequence[LayerProblem], budget: float) -> Allocation:
         n_remove = min(n_remove + 1, order.numel())
         removed = torch.bincount(layer[order[:n_remove]], minlength=len(problems))
         ks = [k - int(r) for k, r in zip(ks, removed.tolist())]
-        ks = _add_back(tables, ks, budget)
+        floors = [min(p.min_k, t[1].numel()) for p, t in zip(problems, tables)]
+        starts = [ks, _grid_start(tables, floors, budget)]
+        polished = [_exchange(tables, floors, k0, budget) for k0 in starts if k0 is not None]
+        ks = min(polished, key=lambda k: _table_objective(tables, k))
     err, cost = 0.0, 0.0
     nnz = []
     for p, (order, mass, c, total), k in zip(problems, tables, ks):
@@ -125,19 +132,85 @@ def allocate(problems: Sequence[LayerProblem], budget: float) -> Allocation:
     return Allocation(k=ks, nnz=nnz, objective=err, cost=cost)
 
 
-def _add_back(tables, ks, budget, max_rounds: int = 256):
-    """Re-add the next row of some layer's prefix while it fits; best error gain first."""
-    ks = list(ks)
-    used = sum(float(c[:k].sum()) for (_, _, c, _), k in zip(tables, ks))
-    for _ in range(max_rounds):
-        best, best_gain = None, 0.0
-        for li, ((_, mass, c, total), k) in enumerate(zip(tables, ks)):
-            if k < mass.numel() and used + float(c[k]) <= budget and total > 0:
-                gain = float(mass[k]) / total
-                if gain > best_gain:
-                    best, best_gain = li, gain
+def _table_objective(tables, ks) -> float:
+    return sum(float(m[k:].sum()) / t for (_, m, _, t), k in zip(tables, ks) if t > 0)
+
+
+def _grid_start(tables, floors, budget, step: float = 0.02):
+    """A second start for the local search: shrink one layer at a time by ``step`` of its
+    rows (the reference implementation's moves); ``None`` if it cannot meet the budget."""
+    pre = [(torch.cumsum(m, 0), torch.cumsum(c, 0), t, m.numel()) for _, m, c, t in tables]
+
+    def at(li, r):
+        cm, cc, t, n = pre[li]
+        k = max(int(round(r * n)), floors[li])
+        e = (float(cm[-1] - cm[k - 1]) / t if k else 1.0) if t > 0 and n else 0.0
+        return k, e, float(cc[k - 1]) if k else 0.0
+
+    ratios = [1.0] * len(pre)
+    state = [at(i, 1.0) for i in range(len(pre))]
+    while sum(c for _, _, c in state) > budget:
+        best = None
+        for li in range(len(pre)):
+            if ratios[li] <= 0:
+                continue
+            k, e, c = at(li, max(ratios[li] - step, 0.0))
+            saved = state[li][2] - c
+            if saved > 0 and (best is None or (e - state[li][1]) / saved < best[0]):
+                best = ((e - state[li][1]) / saved, li, (k, e, c))
         if best is None:
+            return None
+        _, li, st = best
+        ratios[li] = max(ratios[li] - step, 0.0)
+        state[li] = st
+    return [k for k, _, _ in state]
+
+
+def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 65536):
+    """Local search over prefix lengths: extend layer ``a`` by ``t`` rows and shrink layer
+    ``b`` by the fewest rows that keep the budget (or none, when slack allows). All ``t``
+    of a pair are scored at once from prefix sums; the best improving move is applied."""
+    pre = []
+    for _, mass, cost, total in tables:
+        z = mass.new_zeros(1)
+        pre.append(
+            (torch.cat([z, torch.cumsum(mass, 0)]), torch.cat([z, torch.cumsum(cost, 0)]), total)
+        )
+    ks = list(ks)
+    for _ in range(max_rounds):
+        used = sum(float(pc[k]) for (_, pc, _), k in zip(pre, ks))
+        slack = budget - used
+        best = (1e-15, None)
+        for a, (pm_a, pc_a, tot_a) in enumerate(pre):
+            n_a = pm_a.numel() - 1
+            if ks[a] >= n_a or tot_a <= 0:
+                continue
+            hi = min(ks[a] + 1 + window, n_a + 1)  # moves near the boundary only
+            ext_cost = pc_a[ks[a] + 1 : hi] - pc_a[ks[a]]  # (t,) for t = 1..
+            ext_gain = (pm_a[ks[a] + 1 : hi] - pm_a[ks[a]]) / tot_a
+            free = ext_cost <= slack
+            if bool(free.any()):
+                t = int(torch.nonzero(free).max())
+                if float(ext_gain[t]) > best[0]:
+                    best = (float(ext_gain[t]), (a, ks[a] + t + 1, None, None))
+            for b, (pm_b, pc_b, tot_b) in enumerate(pre):
+                if b == a or ks[b] <= floors[b] or tot_b <= 0:
+                    continue
+                target = pc_b[ks[b]] - (ext_cost - slack)  # shrink b's prefix cost to this
+                j = torch.searchsorted(pc_b[: ks[b] + 1], target, right=True) - 1
+                ok = (j >= floors[b]) & ~free
+                if not bool(ok.any()):
+                    continue
+                jc = j.clamp(min=0)
+                gain = ext_gain - (pm_b[ks[b]] - pm_b[jc]) / tot_b
+                gain = torch.where(ok, gain, torch.full_like(gain, -1.0))
+                t = int(torch.argmax(gain))
+                if float(gain[t]) > best[0]:
+                    best = (float(gain[t]), (a, ks[a] + t + 1, b, int(jc[t])))
+        if best[1] is None:
             break
-        used += float(tables[best][2][ks[best]])
-        ks[best] += 1
+        a, ka, b, kb = best[1]
+        ks[a] = ka
+        if b is not None:
+            ks[b] = kb
     return ks

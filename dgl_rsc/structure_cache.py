@@ -1,9 +1,11 @@
 """``StructureCache``: reuse the CSR built from a framework object across training steps.
 
-Graph objects of DGL are not hashable and not weak-referenceable, so entries are keyed by
-``id(obj)`` and hold a strong reference to ``obj``: while an entry lives its ``id`` cannot be
-reused by another object, so a cached structure is never served for another graph. The
-cache is small (LRU), owned by a controller, and dropped with it.
+Graph objects of DGL are not hashable and not weak-referenceable, and DGL makes a new graph
+index for every message-passing call. Entries are therefore keyed either by ``id(obj)``
+holding ``obj`` alive, or by the data pointers of the index arrays holding those arrays
+alive: while an entry lives, its key cannot be taken by another object or array, so a
+cached structure is never served for another graph. The cache is small (LRU), owned by a
+controller, and dropped with it.
 """
 
 from __future__ import annotations
@@ -19,17 +21,25 @@ class StructureCache:
 
     def __init__(self, capacity: int = 8):
         self.capacity = capacity
-        self._entries: OrderedDict[int, tuple[Any, Any]] = OrderedDict()
+        self._entries: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 
     def get(self, obj: Any, build: Callable[[], Any]) -> Any:
         """The cached value for ``obj``, building it with ``build()`` on a miss."""
-        key = id(obj)
+        return self.get_by_key(("id", id(obj)), obj, build)
+
+    def get_by_key(self, key, keepalive: Any, build: Callable[[], Any]) -> Any:
+        """The cached value for ``key``; ``keepalive`` is held with the entry.
+
+        Use a key made of data pointers only together with ``keepalive`` holding the
+        tensors they point into: then no other array can take those addresses while the
+        entry lives.
+        """
         hit = self._entries.get(key)
-        if hit is not None and hit[0] is obj:
+        if hit is not None and (key[0] != "id" or hit[0] is keepalive):
             self._entries.move_to_end(key)
             return hit[1]
         value = build()
-        self._entries[key] = (obj, value)
+        self._entries[key] = (keepalive, value)
         self._entries.move_to_end(key)
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -37,9 +47,9 @@ class StructureCache:
 
     def drop(self, obj: Any) -> None:
         """Forget ``obj``'s entry, if any."""
-        hit = self._entries.get(id(obj))
+        hit = self._entries.get(("id", id(obj)))
         if hit is not None and hit[0] is obj:
-            del self._entries[id(obj)]
+            del self._entries[("id", id(obj))]
 
     def clear(self) -> None:
         self._entries.clear()

@@ -56,7 +56,8 @@ def select_rows(
     """Keep the rows with the largest ``key`` while their non-zeros fit ``nnz_budget``.
 
     Ties are broken by the lower row id. Rows with ``key == 0`` are never kept. At least
-    ``min(min_k, #rows with key > 0)`` rows are kept, even over the budget.
+    ``min(min_k, #rows with key > 0)`` rows are kept, even over the budget, and so is every
+    row with ``key == +inf`` (a non-finite score), so that NaN/Inf reach the gradient.
 
     Args:
         key: ``(M,)`` float32 ranking key (see :func:`selection_key`).
@@ -73,7 +74,9 @@ def select_rows(
     useful = (key > 0).sum()
     csum = torch.cumsum(row_nnz[order], 0)
     fit = (csum <= nnz_budget).sum()
+    forced = torch.isinf(key).sum()
     k = torch.minimum(torch.maximum(fit, torch.clamp(useful, max=min_k)), useful)
+    k = torch.maximum(k, forced)
     ranks = torch.arange(m, device=key.device)
     mask = torch.zeros(m, dtype=torch.bool, device=key.device)
     mask[order] = ranks < k

@@ -1,0 +1,113 @@
+"""Shared fixtures: devices, dtypes, index dtypes, small power-law graphs."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from dgl_rsc import _deps
+from dgl_rsc.csr import CSR
+
+DEVICES = [pytest.param("cpu", id="cpu")]
+if torch.cuda.is_available():
+    DEVICES.append(pytest.param("cuda:0", id="cuda", marks=pytest.mark.gpu))
+
+FLOAT_DTYPES = [
+    pytest.param(torch.float32, id="fp32"),
+    pytest.param(torch.float64, id="fp64"),
+    pytest.param(torch.float16, id="fp16"),
+    pytest.param(torch.bfloat16, id="bf16"),
+]
+INDEX_DTYPES = [pytest.param(torch.int32, id="i32"), pytest.param(torch.int64, id="i64")]
+
+# tolerance of a float result against an fp64 reference, relative to the reference's norm
+RTOL = {torch.float32: 1e-5, torch.float64: 1e-12, torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
+
+
+@pytest.fixture(params=FLOAT_DTYPES)
+def dtype(request):
+    return request.param
+
+
+@pytest.fixture(params=INDEX_DTYPES)
+def index_dtype(request):
+    return request.param
+
+
+def power_law_csr(
+    n: int,
+    avg_degree: float,
+    exponent: float = 2.2,
+    weighted: bool = False,
+    seed: int = 0,
+    index_dtype=torch.int64,
+    device="cpu",
+    square: bool = True,
+) -> CSR:
+    """A Chung-Lu style random matrix whose row and column degrees follow a power law."""
+    g = torch.Generator().manual_seed(seed)
+    theta = torch.rand(n, generator=g).clamp(min=1e-6).pow(-1.0 / (exponent - 1.0))
+    p = theta / theta.sum()
+    e = int(n * avg_degree)
+    rows = torch.multinomial(p, e, replacement=True, generator=g)
+    cols = torch.multinomial(p, e, replacement=True, generator=g)
+    key = torch.unique(rows * n + cols)
+    rows, cols = key // n, key % n
+    vals = torch.rand(rows.numel(), generator=g) + 0.1 if weighted else None
+    A = CSR.from_coo(rows, cols, vals, (n, n))
+    return CSR(
+        A.indptr.to(index_dtype).to(device),
+        A.indices.to(index_dtype).to(device),
+        None if vals is None else A.values.to(device),
+        A.shape,
+    )
+
+
+@pytest.fixture
+def small_graph():
+    return power_law_csr(400, 8.0, weighted=True, seed=1)
+
+
+requires_dgl = pytest.mark.skipif(
+    not _deps.dgl_available(), reason="dgl not importable with this torch"
+)
+
+SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+def labelled_graph(n=1500, classes=4, feat_dim=16, avg_degree=12.0, homophily=0.8, seed=0):
+    """A small homophilous power-law graph with class-dependent noisy features.
+
+    Returns ``(src, dst, feat, label, train_mask, test_mask)``; edges symmetric, no loops.
+    """
+    g = torch.Generator().manual_seed(seed)
+    label = torch.randint(0, classes, (n,), generator=g)
+    theta = torch.rand(n, generator=g).clamp(min=1e-4).pow(-1 / 1.5)
+    e = int(n * avg_degree / 2)
+    src = torch.multinomial(theta, e, replacement=True, generator=g)
+    same = torch.rand(e, generator=g) < homophily
+    by_class = [torch.nonzero(label == c).squeeze(1) for c in range(classes)]
+    dst = torch.multinomial(theta, e, replacement=True, generator=g)
+    for c in range(classes):
+        sel = same & (label[src] == c)
+        pick = torch.multinomial(theta[by_class[c]], int(sel.sum()), replacement=True, generator=g)
+        dst[sel] = by_class[c][pick]
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    key = torch.unique(torch.cat([src * n + dst, dst * n + src]))
+    src, dst = key // n, key % n
+    means = torch.randn(classes, feat_dim, generator=g)
+    feat = means[label] + 2.5 * torch.randn(n, feat_dim, generator=g)
+    perm = torch.randperm(n, generator=g)
+    train_mask = torch.zeros(n, dtype=torch.bool)
+    test_mask = torch.zeros(n, dtype=torch.bool)
+    train_mask[perm[: n // 2]] = True
+    test_mask[perm[n // 2 :]] = True
+    return src, dst, feat, label, train_mask, test_mask

@@ -1,0 +1,153 @@
+"""Controller: warm-up, cache keyed by period and graph, switching, solver, stats, state."""
+
+import pytest
+import torch
+
+from dgl_rsc import CSR, RSCController, spmm_csr, spmm_matrix
+from dgl_rsc.controller import MAX_PRODUCTS_PER_STEP
+
+from .conftest import power_law_csr
+
+
+def run_step(rsc, mats, X, G):
+    X.grad = None
+    out = sum(spmm_matrix(A, X, rsc).mul(G).sum() for A in mats)
+    out.backward()
+    rsc.step()
+    return X.grad.clone()
+
+
+@pytest.fixture
+def A():
+    return power_law_csr(600, 8.0, seed=11)
+
+
+def test_warmup_is_exact_and_records_scores(A):
+    rsc = RSCController(budget=0.1, warmup_steps=2)
+    X = torch.randn(600, 8, requires_grad=True)
+    G = torch.randn(600, 8)
+    exact = A.to_dense().t() @ G
+    for _ in range(2):
+        torch.testing.assert_close(run_step(rsc, [A], X, G), exact, rtol=1e-5, atol=1e-5)
+    st = rsc.layers[0]
+    assert st.ema is not None and st.ema.shape == (600,)
+    approx = run_step(rsc, [A], X, G)
+    assert not torch.allclose(approx, exact)
+    assert rsc.stats()["layers"][0]["approx_calls"] == 1
+
+
+def test_cache_reused_within_period_and_refreshed_after(A):
+    rsc = RSCController(budget=0.2, warmup_steps=0, cache_interval=4, tune_interval=100)
+    X = torch.randn(600, 8, requires_grad=True)
+    for _ in range(8):
+        G = torch.randn(600, 8)
+        run_step(rsc, [A], X, G)
+    st = rsc.stats()
+    assert st["cache_misses"] == 2 and st["cache_hits"] == 6
+    assert st["cache_bytes"] > 0
+
+
+def test_cached_sample_is_applied_to_the_new_gradient(A):
+    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=10)
+    X = torch.randn(600, 8, requires_grad=True)
+    run_step(rsc, [A], X, torch.randn(600, 8))
+    sample = rsc.layers[0]._sample
+    G2 = torch.randn(600, 8)
+    got = run_step(rsc, [A], X, G2)
+    expect = sample.t_slice.to_dense() @ G2
+    torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_never_reuses_a_slice_across_graphs(A):
+    B = power_law_csr(600, 8.0, seed=12)
+    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=100)
+    X = torch.randn(600, 8, requires_grad=True)
+    for i in range(6):
+        G = torch.randn(600, 8)
+        M = A if i % 2 == 0 else B
+        rsc_layer = rsc.layer(0)
+        X.grad = None
+        spmm_matrix(M, X, rsc_layer).backward(G)
+        sample = rsc_layer._sample
+        assert sample.token == M.token
+        # the slice applied is a slice of M itself: its entries are a subset of M's
+        dense_slice = sample.t_slice.to_dense().t()
+        assert bool(((dense_slice != 0) <= (M.to_dense() != 0)).all())
+    assert rsc.stats()["cache_hits"] == 0
+
+
+def test_raw_csr_tensors_keep_their_cache(A):
+    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=5)
+    X = torch.randn(600, 8, requires_grad=True)
+    for _ in range(5):
+        X.grad = None
+        spmm_csr(A.indptr, A.indices, None, A.shape, X, rsc).sum().backward()
+        rsc.step()
+    assert rsc.stats()["cache_hits"] == 4
+
+
+def test_switch_makes_backward_exact_and_free(A):
+    rsc = RSCController(budget=0.1, warmup_steps=0, total_steps=10, switch_at=0.5)
+    X = torch.randn(600, 8, requires_grad=True)
+    G = torch.randn(600, 8)
+    exact = A.to_dense().t() @ G
+    for _ in range(5):
+        run_step(rsc, [A], X, G)
+    assert rsc.phase() == "exact"
+    before = rsc.stats()
+    for _ in range(5):
+        torch.testing.assert_close(run_step(rsc, [A], X, G), exact, rtol=1e-5, atol=1e-5)
+    after = rsc.stats()
+    assert after["cache_misses"] == before["cache_misses"]  # no selection after the switch
+    assert after["select_seconds"] == before["select_seconds"]
+
+
+def test_layers_by_call_order_and_solver_allocation():
+    A = power_law_csr(800, 10.0, seed=1)
+    B = power_law_csr(800, 3.0, seed=2)
+    rsc = RSCController(budget=0.2, warmup_steps=1, tune_interval=2, cache_interval=2)
+    X = torch.randn(800, 8, requires_grad=True)
+    G = torch.randn(800, 8) * torch.rand(800, 1).pow(4)
+    for _ in range(5):
+        run_step(rsc, [A, B], X, G)
+    assert len(rsc.layers) == 2
+    alloc = rsc.last_allocation
+    assert alloc is not None and rsc.alloc_version >= 2
+    budget = 0.2 * (A.nnz + B.nnz) * 8
+    assert alloc.cost <= budget + 1e-6
+    assert [s.nnz_budget for s in rsc.layers] == alloc.nnz
+
+
+def test_forgetting_step_is_a_clear_error(A):
+    rsc = RSCController(warmup_steps=0)
+    X = torch.randn(600, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"rsc.step\(\)"):
+        for _ in range(MAX_PRODUCTS_PER_STEP + 1):
+            spmm_matrix(A, X, rsc)
+
+
+def test_state_dict_roundtrip_resumes_identically(A, tmp_path):
+    def make():
+        return RSCController(budget=0.2, warmup_steps=1, cache_interval=3, tune_interval=3)
+
+    X = torch.randn(600, 8, requires_grad=True)
+    Gs = [torch.randn(600, 8) for _ in range(8)]
+    ref = make()
+    grads = [run_step(ref, [A], X, G) for G in Gs]
+    first = make()
+    for G in Gs[:4]:
+        run_step(first, [A], X, G)
+    path = tmp_path / "rsc.pt"
+    torch.save(first.state_dict(), path)
+    resumed = make()
+    resumed.load_state_dict(torch.load(path, weights_only=True))
+    A2 = CSR(A.indptr.clone(), A.indices.clone(), None, A.shape)  # a re-loaded graph
+    for G, want in zip(Gs[4:], grads[4:]):
+        torch.testing.assert_close(run_step(resumed, [A2], X, G), want)
+
+
+def test_private_layer_controller_uses_config_budget(A):
+    rsc = RSCController(budget=0.05, warmup_steps=0, min_k=0)
+    X = torch.randn(600, 4, requires_grad=True)
+    spmm_matrix(A, X, rsc).sum().backward()
+    assert rsc.stats()["visited_fraction"] <= 0.05 + 1e-9
