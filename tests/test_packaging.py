@@ -1,0 +1,78 @@
+"""The kernel sources are package data: found in the editable install and in a wheel."""
+
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import dgl_rsc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cu_files(pkg_files):
+    return sorted(p.name for p in pkg_files.iterdir() if p.name.endswith(".cu"))
+
+
+def test_cuda_sources_found_in_this_install():
+    names = cu_files(resources.files("dgl_rsc.cuda"))
+    assert names, "no .cu file found through importlib.resources"
+    assert names == sorted(p.name for p in (ROOT / "cuda").glob("*.cu"))
+
+
+def test_import_without_dgl_in_a_clean_interpreter():
+    code = (
+        "import sys, builtins\n"
+        "real = builtins.__import__\n"
+        "def guard(name, *a, **k):\n"
+        "    if name == 'dgl' or name.startswith('dgl.'):\n"
+        "        raise ImportError('dgl blocked for this test')\n"
+        "    return real(name, *a, **k)\n"
+        "builtins.__import__ = guard\n"
+        "import torch, dgl_rsc, dgl_rsc.nn\n"
+        "from dgl_rsc.graph import Graph\n"
+        "g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))\n"
+        "x = torch.randn(3, 4, requires_grad=True)\n"
+        "conv = dgl_rsc.nn.GraphConv(4, 2)\n"
+        "conv(g, x).sum().backward()\n"
+        "assert x.grad is not None and not dgl_rsc._deps.dgl_available()\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr
+
+
+def test_wheel_install_ships_kernel_sources(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "dgl_rsc", src / "dgl_rsc", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "cuda", src / "cuda", ignore=shutil.ignore_patterns("__pycache__"))
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(
+        pip + ["wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(src)],
+        check=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = wheels.glob("*.whl")
+    site = tmp_path / "site"
+    subprocess.run(pip + ["install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    code = (
+        "import dgl_rsc, importlib.resources as r\n"
+        "print(dgl_rsc.__file__)\n"
+        "print(','.join(sorted(p.name for p in r.files('dgl_rsc.cuda').iterdir()"
+        " if p.name.endswith('.cu'))))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    where, names = out.stdout.strip().splitlines()
+    assert where.startswith(str(site)), where
+    assert names.split(",") == sorted(p.name for p in (ROOT / "cuda").glob("*.cu"))
+    assert dgl_rsc.__file__.startswith(str(ROOT))

@@ -1,0 +1,85 @@
+"""Helpers shared by the benchmark scripts: power-law matrices, timers, result files."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import torch
+
+from dgl_rsc.csr import CSR
+
+
+def power_law_csr(n, nnz, exponent=2.1, seed=0, device="cpu", index_dtype=torch.int64):
+    """Chung-Lu random ``(n, n)`` CSR with power-law degrees and about ``nnz`` entries."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    theta = torch.rand(n, generator=gen, device=device).clamp(min=1e-6)
+    theta = theta.pow(-1.0 / (exponent - 1.0)).clamp(max=n / 4)
+    p = theta / theta.sum()
+    rows, cols = [], []
+    chunk = 1 << 24  # torch.multinomial draws at most 2^24 samples per call
+    for start in range(0, nnz, chunk):
+        m = min(chunk, nnz - start)
+        rows.append(torch.multinomial(p, m, replacement=True, generator=gen))
+        cols.append(torch.multinomial(p, m, replacement=True, generator=gen))
+    rows, cols = torch.cat(rows), torch.cat(cols)
+    key = torch.unique(rows * n + cols)  # sorted: row-major CSR order
+    rows, cols = key // n, key % n
+    counts = torch.bincount(rows, minlength=n)
+    indptr = torch.zeros(n + 1, dtype=torch.long, device=device)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    return CSR(indptr.to(index_dtype), cols.to(index_dtype), None, (n, n))
+
+
+def grad_like(n, d, seed=1, device="cpu", dtype=torch.float32):
+    """``(n, d)`` output gradient with uneven row norms (log-normal), as in training."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    scale = torch.randn(n, 1, generator=gen, device=device).mul(1.0).exp()
+    return (torch.randn(n, d, generator=gen, device=device) * scale).to(dtype)
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timeit(fn, device, reps=5, warmup=1):
+    """Median seconds of ``fn()`` over ``reps`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def machine(device) -> dict:
+    info = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host_cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+    return info
+
+
+def write_json(path, data):
+    """Atomic write: a temp file in the same directory, then rename."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)

@@ -1,0 +1,201 @@
+"""Single-operation benchmark: exact backward product vs RSC's, side by side in one process.
+
+For a power-law matrix ``A`` and an output gradient ``dY (n, d)`` this times
+
+- the exact ``A^T @ dY`` through every engine available (torch.sparse CSR; DGL's SpMM on a
+  CSR-built matrix and on a transposed view when DGL imports), and the forward ``A @ X``;
+- RSC at several budgets: scoring + selection, slicing (cutting ``A[S, :]^T``), and the
+  sampled product, each separately; the refresh amortized over ``cache_interval`` steps;
+  the per-step backward for cache intervals 1 and 10 measured through ``RSCController``;
+- the relative error ``||approx - exact|| / ||exact||``.
+
+Ratios are against the fastest exact engine. Results go to a JSON file with the machine and
+the date. Example::
+
+    python tools/bench_spmm.py --nodes 200000 --nnz 10000000 --dim 256 --out results/cpu.json
+    python tools/bench_spmm.py --device cuda --preset reddit --out results/h100.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from bench_common import grad_like, machine, power_law_csr, sync, timeit, write_json
+
+from dgl_rsc import RSCController, _deps
+from dgl_rsc.backends import resolve
+from dgl_rsc.backends.torch_ref import selection_key
+from dgl_rsc.layer_state import draw_sample
+from dgl_rsc.products import csr_mm, csr_t_mm
+from dgl_rsc.spmm import spmm_matrix
+
+PRESETS = {
+    "cpu": dict(nodes=200_000, nnz=10_000_000),
+    "reddit": dict(nodes=233_000, nnz=114_000_000),
+    "products": dict(nodes=2_400_000, nnz=124_000_000),
+}
+
+
+def exact_engines(A, dY, device, reps):
+    out = {"torch.sparse (CSR, cached transpose)": timeit(lambda: csr_t_mm(A, dY), device, reps)}
+    if _deps.dgl_available() and torch.device(device).type == "cpu":
+        import dgl.sparse as dglsp
+
+        t_indptr, t_rows, _ = A.transposed()
+        At = dglsp.from_csr(t_indptr.long(), t_rows.long(), shape=(A.shape[1], A.shape[0]))
+        out["dgl.sparse.spmm (CSR of A^T)"] = timeit(lambda: dglsp.spmm(At, dY), device, reps)
+        Acsr = dglsp.from_csr(A.indptr.long(), A.indices.long(), shape=A.shape)
+        out["dgl.sparse.spmm (A.T view)"] = timeit(lambda: dglsp.spmm(Acsr.T, dY), device, reps)
+    return out
+
+
+def rsc_parts(A, dY, budget, rule, backend, device, reps):
+    """Seconds of (score + select, slice, product) and the sampled gradient."""
+    row_nnz = A.row_nnz()
+    norms = A.row_norms()
+
+    def score_select():
+        s = backend.row_scores(norms, dY)
+        return backend.select_rows(
+            selection_key(s, row_nnz, rule), row_nnz, int(budget * A.nnz), 10
+        )
+
+    t_select = timeit(score_select, device, reps)
+    mask, k = score_select()
+    t_indptr, t_rows, _ = A.transposed()
+    t_slice = timeit(lambda: backend.slice_transposed(t_indptr, t_rows, None, mask), device, reps)
+    sl, _, nnz_kept, _ = draw_sample(A, dY, int(budget * A.nnz), rule, 10, backend)
+    t_prod = timeit(lambda: csr_mm(sl, dY), device, reps)
+    return t_select, t_slice, t_prod, csr_mm(sl, dY), int(k), int(nnz_kept)
+
+
+def controller_step_time(A, dY, budget, rule, cache_interval, device, steps):
+    """Mean backward seconds per step through the controller (refreshes included)."""
+    import time
+
+    rsc = RSCController(
+        budget=budget,
+        rule=rule,
+        warmup_steps=0,
+        cache_interval=cache_interval,
+        tune_interval=10**9,
+        min_k=10,
+    )
+    X = torch.zeros(A.shape[1], dY.shape[1], device=device, requires_grad=True)
+    total = 0.0
+    for _ in range(steps):
+        Y = spmm_matrix(A, X, rsc)
+        sync(device)
+        t0 = time.perf_counter()
+        Y.backward(dY)
+        sync(device)
+        total += time.perf_counter() - t0
+        X.grad = None
+        rsc.step()
+    return total / steps
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="graph size preset")
+    ap.add_argument("--nodes", type=int, default=200_000)
+    ap.add_argument("--nnz", type=int, default=10_000_000)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--budgets", default="0.05,0.1,0.2,0.3,0.5")
+    ap.add_argument("--rules", default="topk,cost")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--backend", default="auto", help="auto | torch | cupy | numba")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10, help="controller steps per interval")
+    ap.add_argument("--index-dtype", default="int64", choices=["int32", "int64"])
+    ap.add_argument("--out", default="results/bench_spmm.json")
+    args = ap.parse_args(argv)
+    if args.preset:
+        args.nodes, args.nnz = PRESETS[args.preset]["nodes"], PRESETS[args.preset]["nnz"]
+    device = torch.device(args.device)
+    idt = getattr(torch, args.index_dtype)
+
+    A = power_law_csr(args.nodes, args.nnz, device=device, index_dtype=idt)
+    dY = grad_like(A.shape[0], args.dim, device=device)
+    X = grad_like(A.shape[1], args.dim, seed=2, device=device)
+    A.transposed()  # the cached transpose is built once per graph, not per step
+    backend = resolve(args.backend, device)
+    print(
+        f"A: {A.shape[0]} x {A.shape[1]}, nnz {A.nnz}, max row {int(A.row_nnz().max())}, "
+        f"d={args.dim}, device={device}, backend={backend.__name__.rsplit('.', 1)[-1]}"
+    )
+
+    fwd = timeit(lambda: csr_mm(A, X), device, args.reps)
+    engines = exact_engines(A, dY, device, args.reps)
+    best_name = min(engines, key=engines.get)
+    exact_t = engines[best_name]
+    exact = csr_t_mm(A, dY)
+    for name, t in engines.items():
+        print(f"exact A^T@dY  {name:<40s} {t * 1e3:9.1f} ms")
+    print(f"forward A@X   torch.sparse (CSR)                       {fwd * 1e3:9.1f} ms")
+
+    rows = []
+    hdr = (
+        f"{'rule':>5} {'budget':>6} {'k':>9} {'nnz%':>6} {'select':>8} {'slice':>8} "
+        f"{'product':>8} {'prod x':>7} {'amort10':>8} {'step1 x':>8} {'step10 x':>8} "
+        f"{'rel.err':>8}"
+    )
+    print(hdr)
+    for rule in args.rules.split(","):
+        for b in [float(x) for x in args.budgets.split(",")]:
+            t_sel, t_sl, t_p, approx, k, kept = rsc_parts(
+                A, dY, b, rule, backend, device, args.reps
+            )
+            err = float((approx - exact).norm() / exact.norm())
+            step1 = controller_step_time(A, dY, b, rule, 1, device, max(3, args.steps // 3))
+            step10 = controller_step_time(A, dY, b, rule, 10, device, args.steps)
+            row = dict(
+                rule=rule,
+                budget=b,
+                k=k,
+                nnz_kept=kept,
+                nnz_fraction=kept / A.nnz,
+                select_s=t_sel,
+                slice_s=t_sl,
+                product_s=t_p,
+                product_speedup=exact_t / t_p,
+                refresh_over_exact=(t_sel + t_sl) / exact_t,
+                amortized_refresh_10_over_exact=(t_sel + t_sl) / 10 / exact_t,
+                step_cache1_s=step1,
+                step_cache10_s=step10,
+                step_speedup_cache1=exact_t / step1,
+                step_speedup_cache10=exact_t / step10,
+                rel_error=err,
+            )
+            rows.append(row)
+            print(
+                f"{rule:>5} {b:6.2f} {k:9d} {100 * kept / A.nnz:6.1f} {t_sel * 1e3:8.1f} "
+                f"{t_sl * 1e3:8.1f} {t_p * 1e3:8.1f} {exact_t / t_p:7.2f} "
+                f"{100 * (t_sel + t_sl) / 10 / exact_t:7.1f}% {exact_t / step1:8.2f} "
+                f"{exact_t / step10:8.2f} {err:8.3f}"
+            )
+    print(
+        "select/slice/product in ms; 'prod x' = exact/product; 'amort10' = refresh/10 as % of"
+        " exact; 'stepN x' = exact / per-step backward with cache_interval N"
+    )
+    result = dict(
+        machine=machine(device),
+        graph=dict(nodes=A.shape[0], nnz=A.nnz, dim=args.dim, index_dtype=args.index_dtype),
+        forward_s=fwd,
+        exact_engines_s=engines,
+        fastest_exact=best_name,
+        rows=rows,
+        command=" ".join(sys.argv),
+    )
+    write_json(args.out, result)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
