@@ -65,6 +65,13 @@ class _Structure:
         self.token = next(_TOKENS)
         self._row_nnz = None
         self._transposed = None
+        self._ones = {}
+
+    def ones(self, dtype: torch.dtype) -> torch.Tensor:
+        """``(nnz,)`` ones in ``dtype``, made once per dtype (values of an unweighted A)."""
+        if dtype not in self._ones:
+            self._ones[dtype] = torch.ones(self.nnz, dtype=dtype, device=self.indptr.device)
+        return self._ones[dtype]
 
     def row_nnz(self) -> torch.Tensor:
         if self._row_nnz is None:
@@ -201,7 +208,7 @@ class CSR:
     def values_or_ones(self, dtype: torch.dtype) -> torch.Tensor:
         """``(nnz,)`` values in ``dtype`` (ones when the matrix is unweighted)."""
         if self.values is None:
-            return torch.ones(self.nnz, dtype=dtype, device=self.device)
+            return self._s.ones(dtype)
         return self.values.to(dtype)
 
     def to_dense(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
