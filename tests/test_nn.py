@@ -181,3 +181,23 @@ def test_reset_parameters_clears_cached_sample_and_repr():
     conv.reset_parameters()
     assert rsc.layers[0]._sample is None
     assert "in=6, out=6, normalization=both" in repr(conv)
+
+
+def test_exact_mode_does_no_sampling_and_matches_dense():
+    src, dst, n = ring_graph(n=100, extra=800)
+    g = Graph(src, dst, n).add_self_loop()
+    model = layer_model(rnn.GraphConv(5, 5, bias=False))
+    rnn.exact(model)
+    x = torch.randn(n, 5, requires_grad=True)
+    model.layer(g, x).sum().backward()
+    assert model.layer._rsc_ctl is None  # no controller was created
+    A = g.adj.to_dense()
+    deg_out = A.sum(0).clamp(min=1)
+    deg_in = A.sum(1).clamp(min=1)
+    P = deg_in.rsqrt()[:, None] * A * deg_out.rsqrt()[None, :]
+    w = model.layer.weight.detach()
+    expect = P.t() @ torch.ones(n, 5) @ w.t()
+    torch.testing.assert_close(x.grad, expect, rtol=1e-5, atol=1e-5)
+    rsc = rnn.attach(model, budget=0.2)
+    model.layer(g, x).sum().backward()
+    assert rsc.layers and model.layer._rsc_exact is False

@@ -6,9 +6,18 @@ keeping the weights; :func:`attach` drives them by one :class:`~dgl_rsc.RSCContr
 """
 
 from ._base import RSCLayer
-from .convert import attach, convert, rsc_layers
+from .convert import attach, convert, exact, rsc_layers
 from .gcn2conv import GCN2Conv
 from .graphconv import GraphConv
 from .sageconv import SAGEConv
 
-__all__ = ["GCN2Conv", "GraphConv", "RSCLayer", "SAGEConv", "attach", "convert", "rsc_layers"]
+__all__ = [
+    "GCN2Conv",
+    "GraphConv",
+    "RSCLayer",
+    "SAGEConv",
+    "attach",
+    "convert",
+    "exact",
+    "rsc_layers",
+]

@@ -11,6 +11,7 @@ from ..config import RSCConfig
 from ..controller import RSCController
 from ..graph import adjacency
 from ..spmm import spmm_matrix
+from ..structure_cache import StructureCache
 
 __all__ = ["RSCLayer", "check_in_degrees", "ZERO_IN_DEGREE_MESSAGE"]
 
@@ -44,10 +45,18 @@ class RSCLayer(nn.Module):
         self._rsc_index = 0
         self._rsc_private = False
         self._rsc_seen = False
+        self._rsc_exact = False
+        self._rsc_structures: Optional[StructureCache] = None
 
     def rsc_attach(self, controller: RSCController, index: int) -> None:
         """Make this layer layer ``index`` of ``controller``."""
         self._rsc_ctl, self._rsc_index, self._rsc_private = controller, index, False
+        self._rsc_exact = False
+
+    def rsc_exact(self) -> None:
+        """Use the exact backward (no controller, no sampling), like the DGL layer."""
+        self._rsc_ctl, self._rsc_index, self._rsc_private = None, 0, False
+        self._rsc_exact = True
 
     def rsc_controller(self) -> RSCController:
         """The controller driving this layer (a private one is made on first use)."""
@@ -58,6 +67,12 @@ class RSCLayer(nn.Module):
 
     def _aggregate(self, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
         """``(N_dst, *F)`` sum over in-edges of ``w_e * feat[src]``; backward approximated."""
+        if self._rsc_exact:
+            if self._rsc_structures is None:
+                self._rsc_structures = StructureCache()
+            A = adjacency(graph, edge_weight, self._rsc_structures)
+            out = spmm_matrix(A, feat.reshape(feat.shape[0], -1), None)
+            return out.reshape((A.shape[0],) + tuple(feat.shape[1:]))
         ctl = self.rsc_controller()
         grad = torch.is_grad_enabled() and feat.requires_grad
         if self._rsc_private and self.training and grad:

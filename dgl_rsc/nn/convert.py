@@ -14,7 +14,7 @@ from .gcn2conv import GCN2Conv
 from .graphconv import GraphConv
 from .sageconv import SAGEConv
 
-__all__ = ["convert", "attach", "rsc_layers"]
+__all__ = ["convert", "attach", "exact", "rsc_layers"]
 
 
 def _from_dgl(module: nn.Module) -> Optional[nn.Module]:
@@ -95,3 +95,11 @@ def attach(
     for i, layer in enumerate(layers):
         layer.rsc_attach(ctl, i)
     return ctl
+
+
+def exact(model: nn.Module) -> nn.Module:
+    """Give every RSC layer of ``model`` the exact backward (the baseline of a comparison:
+    same layers, same sparse engine, no sampling). :func:`attach` undoes it."""
+    for layer in rsc_layers(model):
+        layer.rsc_exact()
+    return model
