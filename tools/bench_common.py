@@ -21,14 +21,19 @@ def power_law_csr(n, nnz, exponent=2.1, seed=0, device="cpu", index_dtype=torch.
     theta = torch.rand(n, generator=gen, device=device).clamp(min=1e-6)
     theta = theta.pow(-1.0 / (exponent - 1.0)).clamp(max=n / 4)
     p = theta / theta.sum()
-    rows, cols = [], []
+    key = torch.empty(0, dtype=torch.long, device=device)
     chunk = 1 << 24  # torch.multinomial draws at most 2^24 samples per call
-    for start in range(0, nnz, chunk):
-        m = min(chunk, nnz - start)
-        rows.append(torch.multinomial(p, m, replacement=True, generator=gen))
-        cols.append(torch.multinomial(p, m, replacement=True, generator=gen))
-    rows, cols = torch.cat(rows), torch.cat(cols)
-    key = torch.unique(rows * n + cols)  # sorted: row-major CSR order
+    while key.numel() < nnz:  # duplicates are dropped: draw until the target is reached
+        need = int((nnz - key.numel()) * 1.3) + 1024
+        parts = [key]
+        for start in range(0, need, chunk):
+            m = min(chunk, need - start)
+            r = torch.multinomial(p, m, replacement=True, generator=gen)
+            c = torch.multinomial(p, m, replacement=True, generator=gen)
+            parts.append(r * n + c)
+        key = torch.unique(torch.cat(parts))
+    keep = torch.randperm(key.numel(), generator=gen, device=device)[:nnz]
+    key = torch.sort(key[keep]).values  # row-major CSR order
     rows, cols = key // n, key % n
     counts = torch.bincount(rows, minlength=n)
     indptr = torch.zeros(n + 1, dtype=torch.long, device=device)
