@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks in one command, on a machine with a CUDA device and no
+# network: installs nothing, runs from the source tree (PYTHONPATH=.), needs no DGL.
+#
+#   tools/gpu_suite.sh RESULTS_DIR [STAGE ...]
+#
+# Stages (default: all, in this order):
+#   tests    pytest -m gpu (kernels vs the torch reference, the full RSC step on CUDA)
+#   kernels  tools/bench_kernels.py: each kernel vs its torch reference
+#   spmm     tools/bench_spmm.py --device cuda at Reddit and ogbn-products scale
+#   e2e      tools/bench_e2e.py: exact vs RSC vs PyG training at both scales, fp32 and bf16
+# Full JSON goes to RESULTS_DIR; a short table is printed last.
+set -uo pipefail
+out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
+shift
+stages=${*:-tests kernels spmm e2e}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OUTDATED_IGNORE=1
+py=${PYTHON:-python3}
+status=0
+for stage in $stages; do
+  echo "=== $stage"
+  case $stage in
+    tests)   $py -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" | tail -25 ;;
+    kernels) $py tools/bench_kernels.py --out "$out/kernels.json" ;;
+    spmm)    for p in reddit products; do
+               $py tools/bench_spmm.py --device cuda --preset "$p" --index-dtype int32 \
+                 --reps 10 --steps 20 --out "$out/spmm_$p.json"
+             done ;;
+    e2e)     for p in reddit products; do
+               $py tools/bench_e2e.py --device cuda --preset "$p" --epochs 100 --pyg --profile \
+                 --out "$out/e2e_$p.json"
+             done ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+  rc=${PIPESTATUS[0]}
+  [ "$rc" -ne 0 ] && { echo "stage $stage failed ($rc)"; status=1; }
+done
+exit $status
