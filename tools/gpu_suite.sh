@@ -8,12 +8,13 @@
 #   tests    pytest -m gpu (kernels vs the torch reference, the full RSC step on CUDA)
 #   kernels  tools/bench_kernels.py: each kernel vs its torch reference
 #   spmm     tools/bench_spmm.py --device cuda at Reddit and ogbn-products scale
+#   solver   tools/bench_solver.py: the budget solver, 3 layers x 2.4M rows, vs one product
 #   e2e      tools/bench_e2e.py: exact vs RSC vs PyG training at both scales, fp32 and bf16
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
 out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
 shift
-stages=${*:-tests kernels spmm e2e}
+stages=${*:-tests kernels spmm solver e2e}
 mkdir -p "$out"
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OUTDATED_IGNORE=1
@@ -28,6 +29,7 @@ for stage in $stages; do
                $py tools/bench_spmm.py --device cuda --preset "$p" --index-dtype int32 \
                  --reps 10 --steps 20 --out "$out/spmm_$p.json"
              done ;;
+    solver)  $py tools/bench_solver.py --device cuda --out "$out/solver.json" ;;
     e2e)     for p in reddit products; do
                $py tools/bench_e2e.py --device cuda --preset "$p" --epochs 100 --pyg --profile \
                  --out "$out/e2e_$p.json"
