@@ -58,9 +58,20 @@ def cupy_available() -> bool:
         return False
 
 
+def _numpy_compat_for_numba_cuda() -> None:
+    """numba-cuda 0.68 still refers to ``np.row_stack``, which NumPy 2.5 removed (it was an
+    alias of ``np.vstack``); restore the alias so that its kernels compile. Seen on the H100
+    image (numba-cuda 0.68, NumPy 2.5.2); a no-op where NumPy still has it."""
+    import numpy as np
+
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack  # noqa: NPY201 (restoring the removed alias on purpose)
+
+
 @functools.cache
 def numba_cuda_available() -> bool:
     """``True`` when Numba's CUDA target works (a real GPU or the simulator)."""
+    _numpy_compat_for_numba_cuda()
     cuda = _probe("numba.cuda")[0]
     if cuda is None:
         return False

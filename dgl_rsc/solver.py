@@ -138,38 +138,46 @@ def _table_objective(tables, ks) -> float:
 
 def _grid_start(tables, floors, budget, step: float = 0.02):
     """A second start for the local search: shrink one layer at a time by ``step`` of its
-    rows (the reference implementation's moves); ``None`` if it cannot meet the budget."""
-    pre = [(torch.cumsum(m, 0), torch.cumsum(c, 0), t, m.numel()) for _, m, c, t in tables]
+    rows (the reference implementation's moves); ``None`` if it cannot meet the budget.
 
-    def at(li, r):
-        cm, cc, t, n = pre[li]
-        k = max(int(round(r * n)), floors[li])
-        e = (float(cm[-1] - cm[k - 1]) / t if k else 1.0) if t > 0 and n else 0.0
-        return k, e, float(cc[k - 1]) if k else 0.0
-
-    ratios = [1.0] * len(pre)
-    state = [at(i, 1.0) for i in range(len(pre))]
-    while sum(c for _, _, c in state) > budget:
+    The prefix sums at the grid points are fetched in one transfer; the greedy itself runs
+    on the host.
+    """
+    n_steps = int(round(1.0 / step))
+    grid = []  # per layer: (ks, err, cost) at ratio 1 - j * step, j = 0..n_steps
+    for (_, m, c, t), floor in zip(tables, floors):
+        n = m.numel()
+        ks = [max(int(round((n_steps - j) / n_steps * n)), floor) for j in range(n_steps + 1)]
+        if n == 0 or t <= 0:
+            grid.append((ks, [0.0] * len(ks), [0.0] * len(ks)))
+            continue
+        idx = torch.tensor([max(k - 1, 0) for k in ks], device=m.device)
+        cm, cc = torch.cumsum(m, 0)[idx], torch.cumsum(c, 0)[idx]
+        vals = torch.stack([cm, cc]).cpu().tolist()
+        err = [(t - vm) / t if k else 1.0 for k, vm in zip(ks, vals[0])]
+        cost = [vc if k else 0.0 for k, vc in zip(ks, vals[1])]
+        grid.append((ks, err, cost))
+    pos = [0] * len(grid)
+    while sum(g[2][p] for g, p in zip(grid, pos)) > budget:
         best = None
-        for li in range(len(pre)):
-            if ratios[li] <= 0:
+        for li, (_, err, cost) in enumerate(grid):
+            p = pos[li]
+            if p >= n_steps:
                 continue
-            k, e, c = at(li, max(ratios[li] - step, 0.0))
-            saved = state[li][2] - c
-            if saved > 0 and (best is None or (e - state[li][1]) / saved < best[0]):
-                best = ((e - state[li][1]) / saved, li, (k, e, c))
+            saved = cost[p] - cost[p + 1]
+            if saved > 0 and (best is None or (err[p + 1] - err[p]) / saved < best[0]):
+                best = ((err[p + 1] - err[p]) / saved, li)
         if best is None:
             return None
-        _, li, st = best
-        ratios[li] = max(ratios[li] - step, 0.0)
-        state[li] = st
-    return [k for k, _, _ in state]
+        pos[best[1]] += 1
+    return [g[0][p] for g, p in zip(grid, pos)]
 
 
 def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 65536):
     """Local search over prefix lengths: extend layer ``a`` by ``t`` rows and shrink layer
     ``b`` by the fewest rows that keep the budget (or none, when slack allows). All ``t``
-    of a pair are scored at once from prefix sums; the best improving move is applied."""
+    and all pairs of a round are scored on the device; one host transfer per round reads
+    the best move, which is applied if it lowers the error."""
     pre = []
     for _, mass, cost, total in tables:
         z = mass.new_zeros(1)
@@ -178,9 +186,9 @@ def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 65
         )
     ks = list(ks)
     for _ in range(max_rounds):
-        used = sum(float(pc[k]) for (_, pc, _), k in zip(pre, ks))
+        used = sum(pc[k] for (_, pc, _), k in zip(pre, ks))  # 0-dim, on the device
         slack = budget - used
-        best = (1e-15, None)
+        moves, cand = [], []
         for a, (pm_a, pc_a, tot_a) in enumerate(pre):
             n_a = pm_a.numel() - 1
             if ks[a] >= n_a or tot_a <= 0:
@@ -189,28 +197,31 @@ def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 65
             ext_cost = pc_a[ks[a] + 1 : hi] - pc_a[ks[a]]  # (t,) for t = 1..
             ext_gain = (pm_a[ks[a] + 1 : hi] - pm_a[ks[a]]) / tot_a
             free = ext_cost <= slack
-            if bool(free.any()):
-                t = int(torch.nonzero(free).max())
-                if float(ext_gain[t]) > best[0]:
-                    best = (float(ext_gain[t]), (a, ks[a] + t + 1, None, None))
+            g = torch.where(free, ext_gain, torch.full_like(ext_gain, -1.0))
+            t = torch.argmax(g)
+            moves.append((a, None))
+            cand.append(torch.stack([g[t], t.to(g.dtype), g.new_zeros(())]))
             for b, (pm_b, pc_b, tot_b) in enumerate(pre):
                 if b == a or ks[b] <= floors[b] or tot_b <= 0:
                     continue
                 target = pc_b[ks[b]] - (ext_cost - slack)  # shrink b's prefix cost to this
                 j = torch.searchsorted(pc_b[: ks[b] + 1], target, right=True) - 1
                 ok = (j >= floors[b]) & ~free
-                if not bool(ok.any()):
-                    continue
                 jc = j.clamp(min=0)
                 gain = ext_gain - (pm_b[ks[b]] - pm_b[jc]) / tot_b
                 gain = torch.where(ok, gain, torch.full_like(gain, -1.0))
-                t = int(torch.argmax(gain))
-                if float(gain[t]) > best[0]:
-                    best = (float(gain[t]), (a, ks[a] + t + 1, b, int(jc[t])))
-        if best[1] is None:
+                t = torch.argmax(gain)
+                moves.append((a, b))
+                cand.append(torch.stack([gain[t], t.to(gain.dtype), jc[t].to(gain.dtype)]))
+        if not cand:
             break
-        a, ka, b, kb = best[1]
-        ks[a] = ka
+        table = torch.stack(cand).cpu().tolist()  # the round's one host transfer
+        best = max(range(len(table)), key=lambda i: table[i][0])
+        gain, t, jb = table[best]
+        if gain <= 1e-15:
+            break
+        a, b = moves[best]
+        ks[a] += int(t) + 1
         if b is not None:
-            ks[b] = kb
+            ks[b] = int(jb)
     return ks
