@@ -173,7 +173,7 @@ def _grid_start(tables, floors, budget, step: float = 0.02):
     return [g[0][p] for g, p in zip(grid, pos)]
 
 
-def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 65536):
+def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 1024):
     """Local search over prefix lengths: extend layer ``a`` by ``t`` rows and shrink layer
     ``b`` by the fewest rows that keep the budget (or none, when slack allows). All ``t``
     and all pairs of a round are scored on the device; one host transfer per round reads
