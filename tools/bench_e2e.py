@@ -34,10 +34,17 @@ from dgl_rsc.data import load_dataset
 from dgl_rsc.graph import Graph
 from dgl_rsc.models import build_model
 
-PRESETS = {  # the scale of the RSC paper's graphs, made by the synthetic generator
-    "reddit": dict(num_nodes=233_000, avg_degree=490.0, feat_dim=602, num_classes=41),
-    "products": dict(num_nodes=2_400_000, avg_degree=51.0, feat_dim=100, num_classes=47),
-    "small": dict(num_nodes=20_000, avg_degree=50.0, feat_dim=64, num_classes=10),
+# The scale of the RSC paper's graphs, made by the synthetic generator. Homophily is lowered
+# from the generator's default so that accuracy stays well under 100% at these degrees
+# (measured on 20k-node versions: GCN test accuracy ~83% at degree 400, homophily 0.35).
+PRESETS = {
+    "reddit": dict(
+        num_nodes=233_000, avg_degree=490.0, feat_dim=602, num_classes=41, homophily=0.35
+    ),
+    "products": dict(
+        num_nodes=2_400_000, avg_degree=51.0, feat_dim=100, num_classes=47, homophily=0.3
+    ),
+    "small": dict(num_nodes=20_000, avg_degree=50.0, feat_dim=64, num_classes=10, homophily=0.3),
 }
 
 

@@ -30,8 +30,10 @@ for stage in $stages; do
                  --reps 10 --steps 20 --out "$out/spmm_$p.json"
              done ;;
     solver)  $py tools/bench_solver.py --device cuda --out "$out/solver.json" ;;
-    e2e)     for p in reddit products; do
-               $py tools/bench_e2e.py --device cuda --preset "$p" --epochs 100 --pyg --profile \
+    e2e|e2e-reddit|e2e-products)
+             presets="reddit products"; [ "$stage" != e2e ] && presets=${stage#e2e-}
+             for p in $presets; do
+               $py tools/bench_e2e.py --device cuda --preset "$p" --epochs 80 --pyg --profile \
                  --out "$out/e2e_$p.json"
              done ;;
     *) echo "unknown stage $stage"; exit 2 ;;
