@@ -1,0 +1,91 @@
+"""Datasets: a registry of loaders that all return one :class:`GraphData`.
+
+``load_dataset(name, root, device, **params)`` looks ``name`` up in :data:`DATASETS` and
+checks ``params`` against the loader's signature. A loader's parameters other than ``root``
+and ``device`` are the dataset's parameters (the launcher reads them the same way).
+
+Example:
+    >>> from dgl_rsc.data import load_dataset
+    >>> d = load_dataset("synthetic", num_nodes=300, avg_degree=6.0, num_classes=3)
+    >>> d.num_nodes, d.task, d.metric
+    (300, 'multiclass', 'accuracy')
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from typing import Callable, Optional
+
+from .dgl_datasets import load_dgl_dataset
+from .graphdata import METRICS, TASKS, GraphData, clean_edges
+from .metrics import evaluate
+from .npz import load_npz
+from .ogb import evaluate as ogb_evaluate
+from .ogb import load_ogb
+from .synthetic import synthetic_graph
+
+__all__ = [
+    "DATASETS",
+    "METRICS",
+    "TASKS",
+    "GraphData",
+    "clean_edges",
+    "evaluate",
+    "load_dataset",
+    "load_dgl_dataset",
+    "load_npz",
+    "load_ogb",
+    "ogb_evaluate",
+    "synthetic_graph",
+]
+
+_LOADER_ARGS = ("root", "device")
+
+DATASETS: dict[str, Callable[..., GraphData]] = {
+    "synthetic": synthetic_graph,
+    "npz": load_npz,
+    "ogbn-arxiv": functools.partial(load_ogb, "ogbn-arxiv"),
+    "ogbn-products": functools.partial(load_ogb, "ogbn-products"),
+    "ogbn-proteins": functools.partial(load_ogb, "ogbn-proteins"),
+    "reddit": functools.partial(load_dgl_dataset, "reddit"),
+    "yelp": functools.partial(load_dgl_dataset, "yelp"),
+    "flickr": functools.partial(load_dgl_dataset, "flickr"),
+}
+
+
+def load_dataset(name: str, root: Optional[str] = None, device="cpu", **params) -> GraphData:
+    """Load dataset ``name`` from :data:`DATASETS`.
+
+    Args:
+        name: a key of :data:`DATASETS`.
+        root: where the dataset's files are (ignored by ``synthetic``; for ``npz`` the folder
+            of a relative ``path``).
+        device: where the returned tensors live (``synthetic`` is built there).
+        **params: the loader's own parameters, e.g. ``num_nodes`` for ``synthetic`` or
+            ``path`` and ``split`` for ``npz``.
+
+    Raises:
+        ValueError: unknown ``name`` (with the nearest known one) or an unknown parameter
+            (with the allowed ones).
+        FileNotFoundError: the dataset's files are not on disk.
+    """
+    if name not in DATASETS:
+        near = difflib.get_close_matches(str(name), DATASETS, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"unknown dataset {name!r}.{hint} Known: {', '.join(DATASETS)}.")
+    loader = DATASETS[name]
+    accepted = inspect.signature(loader).parameters
+    allowed = [p for p in accepted if p not in _LOADER_ARGS]
+    for key in params:
+        if key not in allowed:
+            near = difflib.get_close_matches(key, allowed, n=1)
+            hint = f" Did you mean {near[0]!r}?" if near else ""
+            raise ValueError(
+                f"dataset {name!r} has no parameter {key!r}.{hint} Allowed: "
+                f"{', '.join(allowed) or '(none)'}."
+            )
+    if "root" in accepted:
+        params["root"] = root
+    return loader(device=device, **params)

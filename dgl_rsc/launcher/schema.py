@@ -1,0 +1,292 @@
+"""The launcher's configuration: a parsed YAML document in, one validated :class:`RunConfig`
+out (:func:`resolve`; files and ``--set`` overrides are read in :mod:`.cli`).
+
+A config has five sections::
+
+    dataset: {name: synthetic, root: null, <loader parameters>}
+    model:   {name: gcn, hidden: 256, layers: 3, dropout: 0.5, ...}
+    train:   {epochs: 200, lr: 0.01, optimizer: adam, seeds: [0, 1], engine: native, ...}
+    rsc:     {budget: 0.1, ...}     # RSCConfig keys; `rsc: null` trains exact only
+    compare: true                   # exact and RSC runs with the same seeds
+
+Every error is a :class:`~dgl_rsc.ConfigError` naming the key path (``train.lr``), and an
+unknown key lists the allowed keys and the nearest match. The allowed ``model`` keys are the
+parameters of the chosen model's constructor, the ``dataset`` keys those of the chosen
+loader. Relative paths (``dataset.root``; ``dataset.path`` when no root is given) are
+resolved against the current working directory. PyYAML reads ``1e-3`` as a string (YAML 1.1
+wants ``1.0e-3``); number fields accept such strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import inspect
+import os
+from typing import Any, Optional
+
+from ..config import ConfigError, RSCConfig, unknown_key_message
+from ..models import model_params
+
+__all__ = [
+    "RunConfig",
+    "TrainConfig",
+    "Rule",
+    "check_value",
+    "ENGINES",
+    "resolve",
+    "dataset_params",
+]
+
+SECTIONS = ("dataset", "model", "train", "rsc", "compare")
+ENGINES = ("native", "dgl", "patch")
+PATH_KEYS = ("root", "path")
+LOADER_ARGS = ("root", "device", "name")
+REQUIRED = "<required>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """What a value must be: ``kind`` (int, float, bool, str, "seeds" or "device"), an
+    optional range ``[lo, hi]`` (open ends with ``lo_open``/``hi_open``) or ``choices``."""
+
+    kind: Any
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    lo_open: bool = False
+    hi_open: bool = False
+    choices: Optional[tuple] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """The ``train`` section (``seed: 3`` in a config means ``seeds: [3]``)."""
+
+    epochs: int = 200
+    lr: float = 0.01
+    optimizer: str = "adam"
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    eval_every: int = 1
+    seeds: tuple = (0,)
+    amp: str = "none"
+    checkpoint_every: int = 0
+    device: str = "auto"
+    engine: str = "native"
+
+
+TRAIN_RULES = {
+    "epochs": Rule(int, 1),
+    "lr": Rule(float, 0.0, lo_open=True),
+    "optimizer": Rule(str, choices=("adam", "adamw", "sgd")),
+    "weight_decay": Rule(float, 0.0),
+    "momentum": Rule(float, 0.0, 1.0),
+    "eval_every": Rule(int, 1),
+    "seeds": Rule("seeds"),
+    "amp": Rule(str, choices=("none", "bf16", "fp16")),
+    "checkpoint_every": Rule(int, 0),
+    "device": Rule("device"),
+    "engine": Rule(str, choices=ENGINES),
+}
+MODEL_RULES = {
+    "hidden": Rule(int, 1),
+    "layers": Rule(int, 1),
+    "dropout": Rule(float, 0.0, 1.0, hi_open=True),
+    "input_dropout": Rule(float, 0.0, 1.0, hi_open=True),
+    "alpha": Rule(float, 0.0, 1.0),
+    "lambda_": Rule(float, 0.0, lo_open=True),
+    "aggregator": Rule(str, choices=("mean", "gcn")),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A validated launcher config. ``dataset``/``model`` are dicts with defaults filled."""
+
+    dataset: dict
+    model: dict
+    train: TrainConfig
+    rsc: Optional[RSCConfig]
+    compare: bool
+
+    @property
+    def methods(self) -> tuple:
+        """``("exact", "rsc")`` with ``compare``, else the one method the config trains."""
+        if self.compare:
+            return ("exact", "rsc")
+        return ("rsc",) if self.rsc is not None else ("exact",)
+
+    def to_dict(self) -> dict:
+        """Plain dict (YAML/JSON-ready); :func:`resolve` of it gives this config again."""
+        train = dataclasses.asdict(self.train)
+        train["seeds"] = list(self.train.seeds)
+        rsc = None if self.rsc is None else self.rsc.to_dict()
+        return {"dataset": dict(self.dataset), "model": dict(self.model), "train": train,
+                "rsc": rsc, "compare": self.compare}  # fmt: skip
+
+
+def _fail(msg: str):
+    raise ConfigError(msg)
+
+
+def _nearest(value, choices) -> str:
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    return f" Did you mean '{near[0]}'?" if near else ""
+
+
+def check_value(path: str, value, rule: Rule):
+    """``value`` converted and checked against ``rule``, or a ConfigError naming ``path``."""
+    if rule.choices is not None and value not in rule.choices:
+        opts = ", ".join(map(str, rule.choices))
+        _fail(f"{path}={value!r} is not one of {opts}.{_nearest(value, rule.choices)}")
+    if rule.kind is bool and not isinstance(value, bool):
+        _fail(f"{path} must be true or false, got {value!r}.")
+    if rule.kind is str and not isinstance(value, str):
+        _fail(f"{path} must be a string, got {value!r}.")
+    if rule.kind == "device" and not (
+        value in ("auto", "cpu", "cuda")
+        or (isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit())
+    ):
+        _fail(f"{path} must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}.")
+    if rule.kind == "seeds":
+        if not isinstance(value, (list, tuple)) or not value:
+            _fail(f"{path} must be a non-empty list of seeds, got {value!r}.")
+        value = tuple(check_value(f"{path}[{i}]", s, Rule(int, 0)) for i, s in enumerate(value))
+        if len(set(value)) != len(value):
+            _fail(f"{path} holds a seed twice: {list(value)}.")
+    if rule.kind in (int, float):
+        value = _number(path, value, rule)
+    return value
+
+
+def _number(path: str, value, rule: Rule):
+    kind = rule.kind
+    if kind is float and isinstance(value, str):
+        try:
+            value = float(value)  # PyYAML reads 1e-3 as a string
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        _fail(f"{path} must be {'an integer' if kind is int else 'a number'}, got {value!r}.")
+    if kind is int and not float(value).is_integer():
+        _fail(f"{path} must be an integer, got {value!r}.")
+    value = kind(value)
+    lo, hi = rule.lo, rule.hi
+    if (lo is not None and (value <= lo if rule.lo_open else value < lo)) or (
+        hi is not None and (value >= hi if rule.hi_open else value > hi)
+    ):
+        left, right = "(" if rule.lo_open else "[", ")" if rule.hi_open else "]"
+        span = f"{left}{lo}, {'inf' if hi is None else hi}{right}"
+        _fail(f"{path}={value!r} is out of range; it must lie in {span}.")
+    return value
+
+
+def _section(raw: dict, name: str, allowed=None, where: str = "") -> dict:
+    """A copy of section ``name`` (``{}`` when absent), keys checked against ``allowed``."""
+    sec = raw.get(name)
+    if sec is None:
+        sec = {}
+    if not isinstance(sec, dict):
+        _fail(f"{name} must be a mapping of keys to values, got {type(sec).__name__} {sec!r}.")
+    for key in sec if allowed is not None else ():
+        if key not in allowed:
+            _fail(unknown_key_message(str(key), allowed, where or name))
+    return dict(sec)
+
+
+def dataset_params(name: str) -> dict:
+    """``{parameter: default}`` of dataset ``name``'s loader (``REQUIRED`` when it has none)."""
+    registry = importlib.import_module("dgl_rsc.data").DATASETS
+    if name not in registry:
+        known = ", ".join(registry)
+        _fail(f"dataset.name={name!r} is not a known dataset.{_nearest(name, registry)} "
+              f"Known datasets: {known}.")  # fmt: skip
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {
+        k: REQUIRED if p.default is inspect.Parameter.empty else p.default
+        for k, p in inspect.signature(registry[name]).parameters.items()
+        if p.kind in kinds and k not in LOADER_ARGS
+    }
+
+
+def _resolve_dataset(raw: dict) -> dict:
+    name = _section(raw, "dataset").get("name")
+    if not isinstance(name, str):
+        _fail(f"dataset.name must be a dataset name (a string), got {name!r}.")
+    params = dataset_params(name)
+    sec = _section(raw, "dataset", ["name", "root", *params])
+    out = {"name": name, "root": sec.get("root")}
+    for key, default in params.items():
+        if default is REQUIRED and key not in sec:
+            _fail(f"dataset.{key} is required for dataset '{name}'.")
+        value = sec.get(key, default)
+        if value is not None and default not in (None, REQUIRED):
+            value = check_value(f"dataset.{key}", value, Rule(type(default)))
+        out[key] = value
+    for key in PATH_KEYS:  # a relative path is relative to root when root is given
+        if out.get(key) is not None and (key == "root" or out["root"] is None):
+            path = check_value(f"dataset.{key}", out[key], Rule(str))
+            out[key] = os.path.abspath(os.path.expanduser(path))
+    return out
+
+
+def _resolve_model(raw: dict) -> dict:
+    name = _section(raw, "model").get("name")
+    try:
+        params = model_params(name)
+    except ConfigError as exc:
+        raise ConfigError(f"model.name: {exc}") from None
+    sec = _section(raw, "model", ["name", *params], f"model (model.name={name})")
+    out = {"name": name}
+    for key, default in params.items():
+        rule = MODEL_RULES.get(key, Rule(type(default)))
+        out[key] = check_value(f"model.{key}", sec.get(key, default), rule)
+    return out
+
+
+def _resolve_train(raw: dict) -> TrainConfig:
+    sec = _section(raw, "train", ["seed", *TRAIN_RULES])
+    if "seed" in sec:
+        if "seeds" in sec:
+            _fail("train.seed and train.seeds are both set; keep one (seeds: [0, 1, 2]).")
+        sec["seeds"] = [sec.pop("seed")]
+    return TrainConfig(**{k: check_value(f"train.{k}", v, TRAIN_RULES[k]) for k, v in sec.items()})
+
+
+def _resolve_rsc(raw: dict, epochs: int) -> Optional[RSCConfig]:
+    if raw.get("rsc") is None:
+        return None
+    sec = _section(raw, "rsc")
+    steps = sec.get("total_steps")
+    if steps is not None and steps != epochs:
+        _fail(
+            f"rsc.total_steps={steps!r} differs from train.epochs={epochs}; the launcher sets "
+            "it from train.epochs (one optimizer step per epoch): remove rsc.total_steps."
+        )
+    sec["total_steps"] = epochs
+    for key, value in sec.items():
+        if isinstance(value, str) and key in ("budget", "switch_at", "ema"):
+            sec[key] = check_value(f"rsc.{key}", value, Rule(float))
+    try:
+        return RSCConfig.from_dict(sec, where="rsc")
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("RSCConfig.", "rsc.")) from None
+
+
+def resolve(raw: Any) -> RunConfig:
+    """Validate a parsed YAML document and fill in every default."""
+    if not isinstance(raw, dict):
+        _fail(f"a config must be a mapping with sections {', '.join(SECTIONS)}; got {raw!r}.")
+    for key in raw:
+        if key not in SECTIONS:
+            _fail(unknown_key_message(str(key), SECTIONS, "the config (top level)"))
+    for name in ("dataset", "model"):
+        if raw.get(name) is None:
+            _fail(f"the config needs a '{name}' section with at least '{name}.name'.")
+    train = _resolve_train(raw)
+    rsc = _resolve_rsc(raw, train.epochs)
+    compare = check_value("compare", raw.get("compare", False), Rule(bool))
+    if compare and rsc is None:
+        _fail("compare: true needs an rsc section (the RSC side of the comparison).")
+    return RunConfig(_resolve_dataset(raw), _resolve_model(raw), train, rsc, compare)

@@ -1,0 +1,228 @@
+"""The models of the RSC paper's runs: GCN, GraphSAGE and GCNII, built through ``MODELS``.
+
+Every model is built from :mod:`dgl_rsc.nn` layers (``engine="rsc"``, the default) or from
+the stock ``dgl.nn`` layers (``engine="dgl-stock"``, for the :func:`dgl_rsc.patch` path).
+For the same seed both engines draw the same initial weights, so a run on one engine can
+be compared step by step with a run on the other.
+
+Example:
+    >>> import torch
+    >>> from dgl_rsc.graph import Graph
+    >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])).add_self_loop()
+    >>> model = build_model("gcn", in_feats=4, num_classes=3, hidden=8, layers=2)
+    >>> model(g, torch.randn(3, 4)).shape
+    torch.Size([3, 3])
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ConfigError, unknown_key_message
+
+__all__ = ["GCN", "SAGE", "GCNII", "MODELS", "ENGINES", "build_model", "model_params"]
+
+ENGINES = ("rsc", "dgl-stock")
+
+#: Constructor arguments that the launcher fills from the data, not from the config.
+DATA_ARGS = ("in_feats", "num_classes", "engine")
+
+
+def _convs(engine: str) -> SimpleNamespace:
+    """The ``GraphConv``, ``SAGEConv`` and ``GCN2Conv`` classes of ``engine``."""
+    if engine == "rsc":
+        mod = importlib.import_module("dgl_rsc.nn")
+    elif engine == "dgl-stock":
+        from . import _deps
+
+        mod = _deps.require_dgl().nn.pytorch
+    else:
+        near = difflib.get_close_matches(str(engine), ENGINES, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}.{hint}")
+    return SimpleNamespace(GraphConv=mod.GraphConv, SAGEConv=mod.SAGEConv, GCN2Conv=mod.GCN2Conv)
+
+
+def _check(name: str, value, lo, hi=None, kind=int):
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ValueError(f"{name} must be an integer, got {value!r}.")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name}={value!r} is out of range [{lo}, {hi or 'inf'}].")
+
+
+class _Stack(nn.Module):
+    """Shared body of GCN and SAGE: ``layers`` convs with norm, ReLU and dropout between."""
+
+    SELF_LOOPS = True
+
+    def __init__(self, dims, make_conv, dropout, input_dropout, batch_norm):
+        super().__init__()
+        _check("dropout", dropout, 0.0, 1.0, float)
+        _check("input_dropout", input_dropout, 0.0, 1.0, float)
+        self.convs = nn.ModuleList(make_conv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        norms = [nn.BatchNorm1d(d) if batch_norm else nn.Identity() for d in dims[1:-1]]
+        self.norms = nn.ModuleList(norms)
+        self.dropout = nn.Dropout(dropout)
+        self.input_dropout = nn.Dropout(input_dropout)
+
+    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        """``feat (N, F)`` -> logits ``(N, C)``."""
+        h = self.input_dropout(feat)
+        for i, conv in enumerate(self.convs):
+            h = conv(graph, h)
+            if i < len(self.norms):
+                h = self.dropout(F.relu(self.norms[i](h)))
+        return h
+
+
+class GCN(_Stack):
+    """``layers`` ``GraphConv`` (symmetric norm) with BatchNorm (optional), ReLU, dropout.
+
+    The graph must have no zero-in-degree node (the launcher adds self-loops).
+
+    Args:
+        in_feats: input width ``F``.
+        num_classes: output width ``C``.
+        hidden: hidden width.
+        layers: number of graph convolutions (>= 1).
+        dropout: dropout after each hidden layer.
+        input_dropout: dropout on the input features (Kipf and Welling use 0.5).
+        batch_norm: ``BatchNorm1d`` after each hidden convolution.
+        engine: ``"rsc"`` (:mod:`dgl_rsc.nn`) or ``"dgl-stock"`` (``dgl.nn``).
+
+    Shapes:
+        ``forward(graph, feat (N, F)) -> (N, C)``.
+    """
+
+    def __init__(
+        self,
+        in_feats: int,
+        num_classes: int,
+        hidden: int = 256,
+        layers: int = 3,
+        dropout: float = 0.5,
+        input_dropout: float = 0.0,
+        batch_norm: bool = False,
+        engine: str = "rsc",
+    ):
+        _check("layers", layers, 1)
+        _check("hidden", hidden, 1)
+        conv = _convs(engine).GraphConv
+        dims = [in_feats] + [hidden] * (layers - 1) + [num_classes]
+        super().__init__(dims, lambda a, b: conv(a, b), dropout, input_dropout, batch_norm)
+
+
+class SAGE(_Stack):
+    """``layers`` ``SAGEConv`` (``"mean"`` or ``"gcn"``) with BatchNorm (optional), ReLU,
+    dropout. Takes graphs with isolated nodes (no self-loops needed).
+
+    Args are those of :class:`GCN` plus ``aggregator`` (``"mean"`` or ``"gcn"``).
+
+    Shapes:
+        ``forward(graph, feat (N, F)) -> (N, C)``.
+    """
+
+    SELF_LOOPS = False
+
+    def __init__(
+        self,
+        in_feats: int,
+        num_classes: int,
+        hidden: int = 256,
+        layers: int = 3,
+        dropout: float = 0.5,
+        input_dropout: float = 0.0,
+        batch_norm: bool = False,
+        aggregator: str = "mean",
+        engine: str = "rsc",
+    ):
+        _check("layers", layers, 1)
+        _check("hidden", hidden, 1)
+        if aggregator not in ("mean", "gcn"):
+            raise ValueError(f"aggregator must be 'mean' or 'gcn', got {aggregator!r}.")
+        conv = _convs(engine).SAGEConv
+        dims = [in_feats] + [hidden] * (layers - 1) + [num_classes]
+        super().__init__(
+            dims, lambda a, b: conv(a, b, aggregator), dropout, input_dropout, batch_norm
+        )
+
+
+class GCNII(nn.Module):
+    """GCNII (Chen et al., 2020): ``Linear -> layers x GCN2Conv -> Linear``.
+
+    ``h0 = relu(W_in x)``; layer ``l`` computes ``relu(GCN2Conv_l(g, h, h0))`` with initial
+    residual ``alpha`` and identity mapping ``beta_l = log(lambda_ / l + 1)``; dropout before
+    every convolution and before the output layer. Needs self-loops like :class:`GCN`.
+
+    Shapes:
+        ``forward(graph, feat (N, F)) -> (N, C)``.
+    """
+
+    SELF_LOOPS = True
+
+    def __init__(
+        self,
+        in_feats: int,
+        num_classes: int,
+        hidden: int = 256,
+        layers: int = 4,
+        dropout: float = 0.5,
+        alpha: float = 0.1,
+        lambda_: float = 0.5,
+        engine: str = "rsc",
+    ):
+        super().__init__()
+        _check("layers", layers, 1)
+        _check("hidden", hidden, 1)
+        _check("dropout", dropout, 0.0, 1.0, float)
+        _check("alpha", alpha, 0.0, 1.0, float)
+        _check("lambda_", lambda_, 0.0, None, float)
+        conv = _convs(engine).GCN2Conv
+        self.lin_in = nn.Linear(in_feats, hidden)
+        self.convs = nn.ModuleList(
+            conv(hidden, layer=i + 1, alpha=alpha, lambda_=lambda_) for i in range(layers)
+        )
+        self.lin_out = nn.Linear(hidden, num_classes)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        """``feat (N, F)`` -> logits ``(N, C)``."""
+        h = h0 = F.relu(self.lin_in(self.dropout(feat)))
+        for conv in self.convs:
+            h = F.relu(conv(graph, self.dropout(h), h0))
+        return self.lin_out(self.dropout(h))
+
+
+MODELS = {"gcn": GCN, "sage": SAGE, "gcn2": GCNII}
+
+
+def model_params(name: str) -> dict:
+    """``{parameter: default}`` that a config may set for model ``name``."""
+    sig = inspect.signature(_model_class(name).__init__)
+    return {k: p.default for k, p in sig.parameters.items() if k != "self" and k not in DATA_ARGS}
+
+
+def _model_class(name: str):
+    if not isinstance(name, str) or name not in MODELS:
+        near = difflib.get_close_matches(str(name), MODELS, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        raise ConfigError(f"unknown model '{name}'.{hint} Known models: {', '.join(MODELS)}.")
+    return MODELS[name]
+
+
+def build_model(
+    name: str, in_feats: int, num_classes: int, engine: str = "rsc", **params
+) -> nn.Module:
+    """Build registered model ``name``; unknown ``params`` raise :class:`ConfigError`."""
+    allowed = model_params(name)
+    for key in params:
+        if key not in allowed:
+            raise ConfigError(unknown_key_message(key, allowed, f"model ({name})"))
+    return _model_class(name)(in_feats, num_classes, engine=engine, **params)
