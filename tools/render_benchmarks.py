@@ -71,6 +71,20 @@ def e2e(name: str) -> str:
     return "\n".join(out)
 
 
+def rules(name: str) -> str:
+    d = json.loads((RESULTS / name).read_text())
+    m = d["machine"]
+    out = [
+        f"{m['host_cpu']} ({m['cpus']} cores), {m['date']}. Command: `python {d['command']}`",
+        "",
+    ]
+    for g, r in d["graphs"].items():
+        e = ", ".join(f"{k} {v:.3f}" for k, v in r["grad_rel_error"].items())
+        a = ", ".join(f"{k} {100 * v:.2f}" for k, v in r["test_metric"].items())
+        out.append(f"- {g}: gradient rel. error {e}; test metric {a}")
+    return "\n".join(out)
+
+
 def main():
     parts = []
     for title, fn, name in [
@@ -79,6 +93,7 @@ def main():
         ("H100, single operation, ogbn-products scale", spmm, "spmm_products.json"),
         ("H100, end to end, Reddit scale", e2e, "e2e_reddit.json"),
         ("H100, end to end, ogbn-products scale", e2e, "e2e_products.json"),
+        ("Selection rules on real graphs (CPU)", rules, "rules.json"),
     ]:
         if (RESULTS / name).exists():
             parts.append(f"### {title}\n\n{fn(name)}")
