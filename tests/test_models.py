@@ -130,7 +130,8 @@ def test_patch_dgl_and_native_engines_train_alike(name, rsc):
         assert "approx" in [h["phase"] for h in rec_d["history"]]
         assert rec_p["history"][3]["nnz_fraction"] == rec_d["history"][3]["nnz_fraction"] < 1
     # stock DGL layers under the patch and dgl_rsc layers on the same DGLGraph run the same
-    # products in the same order: equal bit for bit; the native CSR may sum in another order
-    torch.testing.assert_close(patch, dgl, rtol=0, atol=0)
+    # sparse products in the same order; the dense GEMMs (MKL) may round differently by one
+    # ulp from process to process (buffer alignment), so "equal" is to float32 rounding
+    torch.testing.assert_close(patch, dgl, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(native, dgl, rtol=1e-5, atol=1e-6)
     assert not torch.equal(patch[0], patch[-1])  # it trained

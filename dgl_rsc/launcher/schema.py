@@ -57,6 +57,7 @@ class Rule:
     lo_open: bool = False
     hi_open: bool = False
     choices: Optional[tuple] = None
+    optional: bool = False  # None is allowed too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     device: str = "auto"
     engine: str = "native"
+    threads: Optional[int] = None
 
 
 TRAIN_RULES = {
@@ -88,6 +90,7 @@ TRAIN_RULES = {
     "checkpoint_every": Rule(int, 0),
     "device": Rule("device"),
     "engine": Rule(str, choices=ENGINES),
+    "threads": Rule(int, 1, optional=True),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -137,6 +140,8 @@ def _nearest(value, choices) -> str:
 
 def check_value(path: str, value, rule: Rule):
     """``value`` converted and checked against ``rule``, or a ConfigError naming ``path``."""
+    if value is None and rule.optional:
+        return None
     if rule.choices is not None and value not in rule.choices:
         opts = ", ".join(map(str, rule.choices))
         _fail(f"{path}={value!r} is not one of {opts}.{_nearest(value, rule.choices)}")
