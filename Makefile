@@ -32,8 +32,14 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format dgl_rsc tests tools
 	$(VENV)/bin/ruff check --fix dgl_rsc tests tools
 
+# CPU benchmarks keep freed memory in the process (glibc: no mmap for large blocks, no trim):
+# otherwise every (N, d) product output pays first-touch page faults (200k x 256: 63 ms to zero
+# a fresh buffer vs 14 ms for a reused one), a floor that hides what RSC saves. PyTorch's CPU
+# tuning guide recommends a caching allocator (jemalloc/tcmalloc) for the same reason.
+CPU_ALLOC := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456
+
 bench: $(STAMP)
-	$(PY) tools/bench_spmm.py
+	$(CPU_ALLOC) $(PY) tools/bench_spmm.py --out results/bench_spmm.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

@@ -51,6 +51,7 @@ class Graph:
         indptr = torch.zeros(self._n + 1, dtype=torch.long, device=src.device)
         torch.cumsum(counts, 0, out=indptr[1:])
         self.adj = CSR(indptr, self.src[self._eids], None, (self._n, self._n))
+        self._out_degrees: Optional[torch.Tensor] = None  # computed on first use, then kept
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
@@ -76,8 +77,10 @@ class Graph:
         return self.adj.row_nnz()
 
     def out_degrees(self) -> torch.Tensor:
-        """``(N,)`` int64 out-degree of each node."""
-        return torch.bincount(self.src, minlength=self._n)
+        """``(N,)`` int64 out-degree of each node (computed once; the graph is immutable)."""
+        if self._out_degrees is None:
+            self._out_degrees = torch.bincount(self.src, minlength=self._n)
+        return self._out_degrees
 
     def add_self_loop(self) -> Graph:
         """A new graph with one self-loop added to every node."""

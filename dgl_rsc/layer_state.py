@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 __all__ = ["LayerState", "Sample", "draw_sample"]
 
+# Per-step counters stay on the device (no host sync per step) and are folded into plain
+# numbers every this many approximated products, or when stats() is asked for.
+_FOLD_EVERY = 256
+
 
 @dataclass
 class Sample:
@@ -116,6 +120,8 @@ class LayerState:
             self.misses += 1
             s = self._refresh(A, dY, epoch)
         self._pending_nnz.append(s.nnz)
+        if len(self._pending_nnz) >= _FOLD_EVERY:
+            self._fold()  # bounded memory when stats() is never asked for
         return csr_mm(s.t_slice, dY)
 
     def _bind(self, A: CSR):
@@ -191,14 +197,18 @@ class LayerState:
             self.ema.mul_(1 - w).add_(scores, alpha=w)
 
     # -- statistics --------------------------------------------------------------------
-    def stats(self) -> dict:
-        """Plain numbers (synchronizes with the device once)."""
+    def _fold(self) -> None:
+        """Add the counters kept as device tensors / CUDA events into plain numbers."""
         if self._pending_nnz:
             self.nnz_visited += int(torch.stack(self._pending_nnz).sum())
             self._pending_nnz = []
         if self._timers:
             self.select_seconds += sum(t.seconds() for t in self._timers)
             self._timers = []
+
+    def stats(self) -> dict:
+        """Plain numbers (synchronizes with the device once)."""
+        self._fold()
         return {
             "layer": self.index,
             "rows": self.last_rows,

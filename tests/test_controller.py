@@ -151,3 +151,21 @@ def test_private_layer_controller_uses_config_budget(A):
     X = torch.randn(600, 4, requires_grad=True)
     spmm_matrix(A, X, rsc).sum().backward()
     assert rsc.stats()["visited_fraction"] <= 0.05 + 1e-9
+
+
+def test_step_counters_fold_so_memory_stays_bounded(A, monkeypatch):
+    from dgl_rsc import layer_state
+
+    monkeypatch.setattr(layer_state, "_FOLD_EVERY", 4)
+    rsc = RSCController(budget=0.2, warmup_steps=0, cache_interval=3, tune_interval=100)
+    X = torch.randn(600, 8, requires_grad=True)
+    visited = 0
+    for _ in range(11):
+        run_step(rsc, [A], X, torch.randn(600, 8))
+        st = rsc.layers[0]
+        visited += int(st._sample.nnz)  # what this step's product visited
+        assert len(st._pending_nnz) < 4 and len(st._timers) < 4
+    stats = rsc.stats()["layers"][0]
+    # 11 approximated steps in periods of 3: 4 refreshes; every step's non-zeros counted
+    assert stats["approx_calls"] == 11 and stats["cache_misses"] == 4
+    assert stats["nnz_visited"] == visited

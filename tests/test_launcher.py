@@ -298,3 +298,25 @@ def test_checkpoint_loads_with_weights_only(tmp_path):
     set_rng_state(saved)
     b = (torch.rand(3), random.random(), np.random.rand())  # noqa: NPY002
     assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+
+
+def test_threads_hold_for_the_run_and_are_restored(tmp_path, monkeypatch, capsys):
+    from dgl_rsc.launcher import train
+
+    seen = []
+    real = train.run_experiment
+
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train, "run_experiment", spy)
+    torch.set_num_threads(2)
+    path = write_config(tmp_path, train={"epochs": 2, "threads": 1}, compare=False)
+    assert cli.main(["run", path, "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert seen == [1] and torch.get_num_threads() == 2
+    # null keeps the process's setting
+    path = write_config(tmp_path, train={"epochs": 2, "threads": None}, compare=False)
+    assert cli.main(["run", path, "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert seen == [1, 2] and torch.get_num_threads() == 2
+    capsys.readouterr()

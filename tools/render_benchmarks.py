@@ -1,6 +1,8 @@
 """Render the tables of docs/benchmarks.md from the JSON results in docs/results/.
 
 python tools/render_benchmarks.py > /tmp/tables.md
+python tools/render_benchmarks.py collect runs/cora launcher_cora "dgl-rsc run ..."
+    (keeps the environment, summary and table of a launcher run as docs/results/NAME.json)
 """
 
 from __future__ import annotations
@@ -85,7 +87,27 @@ def rules(name: str) -> str:
     return "\n".join(out)
 
 
+def launcher(name: str) -> str:
+    d = json.loads((RESULTS / name).read_text())
+    env = d["environment"]
+    return (
+        f"{env['device_name']} ({env['cpu_count']} cores, {env['torch_threads']} torch threads), "
+        f"torch {env['torch']}, {env['date']}. Command: `{d['command']}`\n\n```\n{d['table']}\n```"
+    )
+
+
+def collect(run_dir: str, name: str, command: str) -> None:
+    """Keep the small part of a launcher run's results.json under docs/results/NAME.json."""
+    res = json.loads((Path(run_dir) / "results.json").read_text())
+    keep = {k: res[k] for k in ("environment", "summary", "table", "metric", "config")}
+    keep["command"] = command
+    (RESULTS / f"{name}.json").write_text(json.dumps(keep, indent=2) + "\n")
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "collect":
+        collect(*sys.argv[2:])
+        return
     parts = []
     for title, fn, name in [
         ("CPU, single operation", spmm, "spmm_cpu.json"),
@@ -94,6 +116,14 @@ def main():
         ("H100, end to end, Reddit scale", e2e, "e2e_reddit.json"),
         ("H100, end to end, ogbn-products scale", e2e, "e2e_products.json"),
         ("Selection rules on real graphs (CPU)", rules, "rules.json"),
+        ("Launcher, quickstart (CPU)", launcher, "launcher_quickstart.json"),
+        ("Launcher, Cora, 10 seeds (CPU)", launcher, "launcher_cora.json"),
+        ("Launcher, CiteSeer, 10 seeds (CPU)", launcher, "launcher_citeseer.json"),
+        (
+            "Launcher, synthetic 200k nodes, 20M edges (CPU)",
+            launcher,
+            "launcher_synthetic_200k.json",
+        ),
     ]:
         if (RESULTS / name).exists():
             parts.append(f"### {title}\n\n{fn(name)}")

@@ -193,11 +193,27 @@ def _clear(out: str) -> None:
 
 
 def _run(args) -> int:
+    """``dgl-rsc run``; ``train.threads`` holds for the experiment and is restored after it
+    (``null``: torch's default, one thread per core). On a CPU shared with other busy
+    processes one thread can be several times faster than two: OpenMP threads wait for a
+    descheduled sibling."""
+    import torch
+
+    cfg = load_config(args.config, _sets(args))
+    before = torch.get_num_threads()
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
+    try:
+        return _run_config(args, cfg)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_config(args, cfg) -> int:
     from .checkpoint import atomic_write_text
     from .report import environment, format_table, write_report
     from .train import prepare, run_experiment
 
-    cfg = load_config(args.config, _sets(args))
     out = _output_dir(args, cfg)
     text = dump_yaml(cfg)
     print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)

@@ -6,10 +6,6 @@ the stock ``dgl.nn`` model inside :func:`dgl_rsc.patch`. The exact baseline uses
 layers and sparse engine with the exact backward (:func:`dgl_rsc.nn.exact`; on ``patch`` a
 controller switched to exact from step 0), so a comparison measures RSC, not two engines.
 
-``train.threads`` sets ``torch.set_num_threads`` for the whole experiment (``null``: torch's
-default, one thread per core). On a CPU shared with other busy processes one thread can be
-several times faster than two: OpenMP threads wait for a descheduled sibling.
-
 Epoch timing (synchronized on CUDA) separates forward (with the loss), backward (which
 contains RSC's row selection, reported apart as ``select_s``) and the optimizer step;
 evaluation runs every ``eval_every`` epochs under ``torch.no_grad`` and is not timed as
@@ -79,8 +75,6 @@ def prepare(cfg: RunConfig) -> Prepared:
     from ..models import MODELS
 
     engine = cfg.train.engine
-    if cfg.train.threads is not None:
-        torch.set_num_threads(cfg.train.threads)
     if engine != "native" and not _deps.dgl_available():
         raise ConfigError(
             f"train.engine={engine!r} needs DGL, which is not importable here; "
