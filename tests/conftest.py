@@ -73,6 +73,16 @@ def power_law_csr(
 
 
 @pytest.fixture
+def one_thread():
+    """Graphs of a few hundred nodes run fastest on one thread (and do not stall when the
+    machine's other cores are busy); the previous setting is restored after each test."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def small_graph():
     return power_law_csr(400, 8.0, weighted=True, seed=1)
 

@@ -268,6 +268,23 @@ def test_load_npz_cleans_and_names(tmp_path):
     assert torch.equal(same.src, d.src) and torch.equal(same.feat, d.feat)
 
 
+def test_load_npz_normalize_features_divides_rows_by_their_sum(tmp_path):
+    _write_npz(tmp_path / "tiny.npz")
+    raw = load_npz(tmp_path / "tiny.npz")
+    raw.feat[2] = 0.0  # an all-zero row stays zero
+    np_file = dict(np.load(tmp_path / "tiny.npz"))
+    np_file["feat"] = raw.feat.abs().numpy()
+    np.savez(tmp_path / "pos.npz", **np_file)
+    pos = load_npz(tmp_path / "pos.npz")
+    norm = load_npz(tmp_path / "pos.npz", normalize_features=True)
+    sums = norm.feat.sum(1)
+    assert torch.allclose(sums[pos.feat.sum(1) > 0], torch.ones(5))
+    assert torch.equal(norm.feat[2], torch.zeros_like(norm.feat[2]))
+    torch.testing.assert_close(norm.feat[0], pos.feat[0] / pos.feat[0].sum())
+    via_registry = load_dataset("npz", path=str(tmp_path / "pos.npz"), normalize_features=True)
+    assert torch.equal(via_registry.feat, norm.feat)
+
+
 def test_load_npz_binary_and_splits(tmp_path):
     _write_npz(tmp_path / "bin.npz", with_splits=True, classes=2)
     d0, d1 = load_npz(tmp_path / "bin.npz"), load_npz(tmp_path / "bin.npz", split=1)

@@ -53,14 +53,7 @@ def run_cli(args, env=None, **kw):
     )  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Graphs of a few hundred nodes run fastest on one thread (and do not stall when the
-    machine's other cores are busy); the previous setting is restored after each test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # -- validation ------------------------------------------------------------------------------

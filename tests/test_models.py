@@ -19,14 +19,7 @@ SMALL = {"hidden": 12, "layers": 2}
 MODEL_NAMES = [pytest.param(name, id=name) for name in MODELS]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Graphs of a few hundred nodes run fastest on one thread (and do not stall when the
-    machine's other cores are busy); the previous setting is restored after each test."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_graph(n=40, extra=120, seed=0):

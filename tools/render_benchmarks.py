@@ -19,6 +19,9 @@ def spmm(name: str) -> str:
     g, m = d["graph"], d["machine"]
     eng = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in d["exact_engines_s"].items())
     where = m.get("gpu") or f"{m['host_cpu']} ({m['cpus']} cores)"
+    alloc = m.get("allocator_env")
+    if alloc:
+        where += ", allocator " + " ".join(f"{k}={v}" for k, v in alloc.items() if v)
     out = [
         f"Graph {g['nodes']} x {g['nodes']}, {g['nnz']} non-zeros, d = {g['dim']}, "
         f"{g['index_dtype']} indices; {where}, "
@@ -111,6 +114,7 @@ def main():
     parts = []
     for title, fn, name in [
         ("CPU, single operation", spmm, "spmm_cpu.json"),
+        ("CPU, single operation, default allocator", spmm, "spmm_cpu_default_malloc.json"),
         ("H100, single operation, Reddit scale", spmm, "spmm_reddit.json"),
         ("H100, single operation, ogbn-products scale", spmm, "spmm_products.json"),
         ("H100, end to end, Reddit scale", e2e, "e2e_reddit.json"),

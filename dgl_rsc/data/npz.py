@@ -33,6 +33,7 @@ def load_npz(
     split: int = 0,
     metric: Optional[str] = None,
     root: Optional[Union[str, os.PathLike]] = None,
+    normalize_features: bool = False,
     device: Union[str, torch.device] = "cpu",
 ) -> GraphData:
     """Load a node-classification graph from an ``.npz`` file.
@@ -49,6 +50,9 @@ def load_npz(
         metric: override the metric (``"accuracy"`` or ``"rocauc"``); ``None`` picks it as
             above.
         root: directory for a relative ``path``.
+        normalize_features: divide each node's features by their sum (rows that sum to 0
+            stay 0), as DGL's citation datasets and Kipf and Welling's GCN preprocessing do
+            for the bag-of-words features of Cora and CiteSeer.
         device: where the returned tensors live.
 
     Returns:
@@ -72,6 +76,9 @@ def load_npz(
     feat = torch.from_numpy(np.ascontiguousarray(arrays["feat"], dtype=np.float32))
     if feat.dim() != 2:
         raise ValueError(f"{file}: feat must be (N, F), got shape {tuple(feat.shape)}.")
+    if normalize_features:
+        total = feat.sum(1, keepdim=True)
+        feat = feat / torch.where(total == 0, torch.ones_like(total), total)
     n = feat.shape[0]
     label = torch.from_numpy(np.asarray(arrays["label"]).astype(np.int64)).reshape(-1)
     masks = _masks(arrays, split, n, file)
