@@ -124,10 +124,11 @@ def main():
         ("Launcher, Cora, 10 seeds (CPU)", launcher, "launcher_cora.json"),
         ("Launcher, CiteSeer, 10 seeds (CPU)", launcher, "launcher_citeseer.json"),
         (
-            "Launcher, synthetic 200k nodes, 20M edges (CPU)",
+            "Launcher, synthetic 200k, 60 epochs (CPU)",
             launcher,
-            "launcher_synthetic_200k.json",
+            "launcher_synthetic_200k_60ep.json",
         ),
+        ("Launcher, synthetic 200k, 150 epochs (CPU)", launcher, "launcher_synthetic_200k.json"),
     ]:
         if (RESULTS / name).exists():
             parts.append(f"### {title}\n\n{fn(name)}")
