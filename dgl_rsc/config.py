@@ -43,6 +43,10 @@ class RSCConfig:
         rule: ``"topk"`` keeps rows by score ``s_i`` (the paper); ``"cost"`` keeps rows by
             ``s_i^2 / nnz_i`` (the fractional-knapsack rule for the left-out energy).
         ema: weight of the newest score in the running average, in (0, 1].
+        rescale: multiply the sampled product by ``sum_i s_i / sum_{i in S} s_i`` (computed
+            at each refresh from the scores, no extra product), so that its scale matches the
+            exact product's. Without it (the paper) an early layer's gradient can be tens of
+            times smaller than the exact one, and the switch to exact then destabilizes Adam.
         backend: ``"auto"``, ``"torch"``, ``"cupy"`` or ``"numba"`` for the sampling kernels.
         seed: seed for any randomized choice (ties are broken deterministically anyway).
     """
@@ -56,6 +60,7 @@ class RSCConfig:
     min_k: int = 10
     rule: str = "cost"
     ema: float = 0.5
+    rescale: bool = True
     backend: str = "auto"
     seed: int = 0
 
@@ -71,6 +76,8 @@ class RSCConfig:
         _check_number(self, "ema", float, lo=0.0, hi=1.0, lo_open=True)
         _check_number(self, "seed", int, lo=0)
         _check_choice(self, "rule", RULES)
+        if not isinstance(self.rescale, bool):
+            raise ConfigError(f"RSCConfig.rescale must be true or false, got {self.rescale!r}.")
         _check_choice(self, "backend", BACKENDS)
 
     @classmethod

@@ -15,7 +15,7 @@ from .products import csr_mm, csr_t_mm
 if TYPE_CHECKING:
     from .controller import RSCController
 
-__all__ = ["LayerState", "Sample", "draw_sample"]
+__all__ = ["LayerState", "Sample", "draw_sample", "mass_scale"]
 
 # Per-step counters stay on the device (no host sync per step) and are folded into plain
 # numbers every this many approximated products, or when stats() is asked for.
@@ -33,12 +33,16 @@ class Sample:
     nnz: torch.Tensor  # 0-dim, non-zeros kept
 
 
-def draw_sample(A: CSR, dY: torch.Tensor, nnz_budget: int, rule: str, min_k: int, backend):
+def draw_sample(
+    A: CSR, dY: torch.Tensor, nnz_budget: int, rule: str, min_k: int, backend, rescale=False
+):
     """Score rows, select them under ``nnz_budget`` and cut ``A[S, :]^T``.
 
     Args:
         A: ``(M, N)`` sparse matrix.
         dY: ``(M, D)`` output gradient.
+        rescale: fold :func:`mass_scale` into the slice's values, so that the product with
+            the slice has the exact product's scale at no per-step cost.
     Returns:
         ``(t_slice CSR (N, M), k, nnz_kept, scores (M,))``.
     """
@@ -50,8 +54,25 @@ def draw_sample(A: CSR, dY: torch.Tensor, nnz_budget: int, rule: str, min_k: int
     t_indptr, t_rows, perm = A.transposed()
     t_vals = None if A.values is None else A.values.detach()[perm]
     s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask)
+    if rescale:
+        scale = mass_scale(scores, mask)
+        if s_vals is None:
+            s_vals = scale.expand(s_idx.numel()).contiguous()
+        else:
+            s_vals = s_vals * scale.to(s_vals.dtype)
     t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
     return t_slice, k, s_indptr[-1].long(), scores
+
+
+def mass_scale(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """0-dim ``sum(scores) / sum(scores[mask])`` over finite scores; 1 when the kept mass is 0.
+
+    Stays on the device (no host synchronization). With every useful row kept it is exactly 1.
+    """
+    finite = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0)
+    total = finite.sum()
+    kept = torch.where(mask, finite, torch.zeros_like(finite)).sum()
+    return torch.where(kept > 0, total / kept.clamp(min=1e-30), torch.ones_like(total))
 
 
 class LayerState:
@@ -177,7 +198,9 @@ class LayerState:
         else:
             budget = int(cfg.budget * A.nnz)
         timer = _Timer(dY.device)
-        t_slice, k, nnz, scores = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend)
+        t_slice, k, nnz, scores = draw_sample(
+            A, dY, budget, cfg.rule, cfg.min_k, backend, rescale=cfg.rescale
+        )
         self._timers.append(timer.stop())
         self._record(A, scores)
         self.last_k = k

@@ -56,18 +56,21 @@ class Sampler:
     Used when ``rsc`` is a float: each backward scores, selects and slices afresh.
     """
 
-    def __init__(self, budget: float, rule: str = "cost", min_k: int = 0, backend="auto"):
+    def __init__(
+        self, budget: float, rule: str = "cost", min_k: int = 0, backend="auto", rescale=True
+    ):
         from .config import RSCConfig
 
-        RSCConfig(budget=budget, rule=rule, min_k=min_k, backend=backend)  # validation
+        RSCConfig(budget=budget, rule=rule, min_k=min_k, backend=backend, rescale=rescale)
         self.budget, self.rule, self.min_k, self.backend = budget, rule, min_k, backend
+        self.rescale = rescale
 
     def backward_product(self, A: CSR, dY: torch.Tensor) -> torch.Tensor:
         from .backends import resolve
 
         backend = resolve(self.backend, dY.device)
         t_slice, _, _, _ = draw_sample(
-            A, dY, int(self.budget * A.nnz), self.rule, self.min_k, backend
+            A, dY, int(self.budget * A.nnz), self.rule, self.min_k, backend, self.rescale
         )
         return csr_mm(t_slice, dY)
 

@@ -54,3 +54,11 @@ def test_bad_choice_suggests():
 def test_integer_floats_are_normalised():
     cfg = RSCConfig(cache_interval=10.0, budget=1)
     assert isinstance(cfg.cache_interval, int) and isinstance(cfg.budget, float)
+
+
+def test_rescale_must_be_a_bool():
+    assert RSCConfig().rescale is True and RSCConfig(rescale=False).rescale is False
+    with pytest.raises(ConfigError, match="RSCConfig.rescale must be true or false"):
+        RSCConfig(rescale="yes")
+    with pytest.raises(ConfigError, match="rescale must be true or false"):
+        RSCConfig.from_dict({"rescale": 1})

@@ -198,3 +198,52 @@ def test_device_mismatch_is_explained(small_graph):
     meta = torch.randn(small_graph.shape[1], 3, device="meta")
     with pytest.raises(ValueError, match="device mismatch"):
         spmm_matrix(small_graph, meta)
+
+
+def test_mass_scale_by_hand():
+    from dgl_rsc.layer_state import mass_scale
+
+    s = torch.tensor([4.0, 3.0, 2.0, 1.0, float("nan"), float("inf")])
+    keep = torch.tensor([True, True, False, False, True, True])
+    assert float(mass_scale(s, keep)) == pytest.approx(10.0 / 7.0)  # non-finite ignored
+    assert float(mass_scale(s, torch.zeros(6, dtype=torch.bool))) == 1.0  # nothing kept
+    finite = torch.rand(50) + 0.1
+    assert float(mass_scale(finite, torch.ones(50, dtype=torch.bool))) == 1.0  # exactly
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_rescale_matches_the_exact_scale_and_only_scales(weighted):
+    """With coherent gradients (the common case in training) the kept rows' product is far
+    smaller than the exact one; rescaling by the score mass brings it back, and it multiplies
+    the same sampled product by one scalar."""
+    A = power_law_csr(3000, 12.0, exponent=2.1, weighted=weighted, seed=7)
+    G = torch.rand(3000, 16) + 0.5  # same-signed rows: contributions add up coherently
+    exact = A.to_dense().t() @ G
+    grads = {}
+    for rescale in (False, True):
+        X = torch.randn(3000, 16, requires_grad=True)
+        spmm_matrix(A, X, rsc=Sampler(0.1, "cost", rescale=rescale)).backward(G)
+        grads[rescale] = X.grad
+    plain, scaled = grads[False], grads[True]
+    ratio = scaled.norm() / plain.norm()
+    assert float(ratio) > 2.0  # the plain sample lost most of the gradient's size ...
+    torch.testing.assert_close(scaled, plain * ratio, rtol=1e-4, atol=1e-5)  # one scalar
+    norm_gap = lambda g: abs(float(torch.log(g.norm() / exact.norm())))  # noqa: E731
+    assert norm_gap(scaled) < 0.5 * norm_gap(plain)  # ... and rescaling restores it
+    assert rel(scaled, exact) < rel(plain, exact)
+
+
+def test_controller_rescale_is_folded_into_the_cached_slice():
+    A = power_law_csr(800, 8.0, seed=2)
+    G = torch.rand(800, 8) + 0.5
+    out = {}
+    for rescale in (False, True):
+        rsc = RSCController(budget=0.1, warmup_steps=0, rescale=rescale, rule="topk")
+        X = torch.randn(800, 8, requires_grad=True)
+        spmm_matrix(A, X, rsc).backward(G)
+        sample = rsc.layers[0]._sample
+        # the product is exactly the cached slice applied to dY (no per-step extra pass)
+        torch.testing.assert_close(X.grad, sample.t_slice.to_dense() @ G, rtol=1e-5, atol=1e-5)
+        out[rescale] = (X.grad, sample.t_slice.values)
+    assert out[False][1] is None  # unweighted and not rescaled: no values materialized
+    assert float(out[True][1][0]) > 1.0 and torch.all(out[True][1] == out[True][1][0])

@@ -121,14 +121,24 @@ def main():
         ("H100, end to end, ogbn-products scale", e2e, "e2e_products.json"),
         ("Selection rules on real graphs (CPU)", rules, "rules.json"),
         ("Launcher, quickstart (CPU)", launcher, "launcher_quickstart.json"),
+        (
+            "Launcher, quickstart, rescale false (CPU)",
+            launcher,
+            "launcher_quickstart_norescale.json",
+        ),
         ("Launcher, Cora, 10 seeds (CPU)", launcher, "launcher_cora.json"),
         ("Launcher, CiteSeer, 10 seeds (CPU)", launcher, "launcher_citeseer.json"),
+        ("Launcher, synthetic 200k, 150 epochs (CPU)", launcher, "launcher_synthetic_200k.json"),
         (
-            "Launcher, synthetic 200k, 60 epochs (CPU)",
+            "Launcher, synthetic 200k, 150 epochs, rescale false (CPU)",
+            launcher,
+            "launcher_synthetic_200k_norescale.json",
+        ),
+        (
+            "Launcher, synthetic 200k, 60 epochs, rescale false (CPU)",
             launcher,
             "launcher_synthetic_200k_60ep.json",
         ),
-        ("Launcher, synthetic 200k, 150 epochs (CPU)", launcher, "launcher_synthetic_200k.json"),
     ]:
         if (RESULTS / name).exists():
             parts.append(f"### {title}\n\n{fn(name)}")
