@@ -78,9 +78,9 @@ def machine(device) -> dict:
     }
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
-    malloc = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    if malloc or "LD_PRELOAD" in os.environ:
-        info["allocator_env"] = {**malloc, **{"LD_PRELOAD": os.environ.get("LD_PRELOAD", "")}}
+    alloc = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "LD_PRELOAD"}
+    if alloc:
+        info["allocator_env"] = alloc
     return info
 
 
