@@ -14,6 +14,7 @@ from types import ModuleType
 __all__ = [
     "dgl_available",
     "cupy_available",
+    "numba_available",
     "numba_cuda_available",
     "require_dgl",
     "require_cupy",
@@ -56,6 +57,12 @@ def cupy_available() -> bool:
         return cp.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+@functools.cache
+def numba_available() -> bool:
+    """``True`` when Numba imports (its CPU kernels are the CPU product engine)."""
+    return _probe("numba")[0] is not None
 
 
 def _numpy_compat_for_numba_cuda() -> None:

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 import torch
 
-__all__ = ["CSR", "check_csr"]
+__all__ = ["CSR", "check_csr", "check_csr_data", "StaleStructureError"]
 
 _TOKENS = itertools.count(1)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -55,17 +55,89 @@ def check_csr(indptr, indices, values, shape) -> tuple[int, int]:
     return m, n
 
 
+def check_csr_data(indptr: torch.Tensor, indices: torch.Tensor, shape) -> None:
+    """Validate the contents of CSR index arrays (one pass over them; done once per structure).
+
+    Raises ``ValueError`` naming the first problem: ``indptr`` must start at 0, never
+    decrease and end at ``nnz``; every column id must lie in ``[0, N)``.
+    """
+    m, n = int(shape[0]), int(shape[1])
+    nnz = indices.numel()
+    if m + 1 != indptr.numel():
+        raise ValueError(f"indptr has {indptr.numel()} entries; a {m}-row matrix needs {m + 1}.")
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first != 0:
+        raise ValueError(f"indptr must start at 0, got indptr[0]={first}.")
+    if last != nnz:
+        raise ValueError(
+            f"indptr must end at the number of stored entries ({nnz}), got indptr[-1]={last}."
+        )
+    if m and bool((indptr[1:] < indptr[:-1]).any()):
+        row = int(torch.nonzero(indptr[1:] < indptr[:-1])[0])
+        raise ValueError(
+            f"indptr must be non-decreasing, but indptr[{row + 1}]={int(indptr[row + 1])} < "
+            f"indptr[{row}]={int(indptr[row])}."
+        )
+    if nnz:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= n:
+            bad = lo if lo < 0 else hi
+            raise ValueError(
+                f"column index {bad} is out of range for a matrix with {n} columns; indices "
+                f"must lie in [0, {n})."
+            )
+
+
+class StaleStructureError(RuntimeError):
+    """The index tensors of a cached sparse structure were modified in place."""
+
+
 class _Structure:
-    """Index tensors of one sparsity pattern plus what is derived from them, lazily."""
+    """Index tensors of one sparsity pattern plus what is derived from them, lazily.
+
+    Structures are immutable: what is derived (row lengths, the transpose, cached samples)
+    is only valid for the index tensors as they were. An in-place change of ``indptr`` or
+    ``indices`` is detected through their version counters and raises
+    :class:`StaleStructureError` on the next use.
+    """
 
     def __init__(self, indptr, indices, shape):
         self.indptr = indptr
         self.indices = indices
         self.shape = shape
         self.token = next(_TOKENS)
+        self._versions = (indptr._version, indices._version)
         self._row_nnz = None
         self._transposed = None
+        self._t_structure = None
         self._ones = {}
+        self._pool = None
+
+    def check_unchanged(self) -> None:
+        """Raise :class:`StaleStructureError` if the index tensors were modified in place."""
+        if (self.indptr._version, self.indices._version) != self._versions:
+            raise StaleStructureError(
+                "the indptr/indices tensors of a sparse matrix were modified in place after "
+                "it was built; cached data (its transpose, RSC's sampled rows) would be stale. "
+                "Sparse structures are immutable: build a new graph or CSR from new tensors "
+                "instead of editing them in place."
+            )
+
+    def pool(self):
+        """The :class:`~dgl_rsc.buffers.OutputPool` of this structure's product outputs."""
+        if self._pool is None:
+            from .buffers import OutputPool
+
+            self._pool = OutputPool()
+        return self._pool
+
+    def transposed_structure(self):
+        """``(structure of A^T, perm (nnz,))``; ``A^T``'s values are ``values[perm]``."""
+        if self._t_structure is None:
+            t_indptr, t_rows, perm = self.transposed()
+            t = _Structure(t_indptr, t_rows, (self.shape[1], self.shape[0]))
+            self._t_structure = (t, perm)
+        return self._t_structure
 
     def ones(self, dtype: torch.dtype) -> torch.Tensor:
         """``(nnz,)`` ones in ``dtype``, made once per dtype (values of an unweighted A)."""
@@ -95,6 +167,7 @@ class _Structure:
         ``perm`` maps positions of ``A^T``'s entries to positions in ``A``: the values of
         ``A^T`` are ``values[perm]``. Entries of a column keep ascending row order.
         """
+        self.check_unchanged()
         if self._transposed is None:
             n = self.shape[1]
             cols = self.indices.long()
@@ -116,7 +189,9 @@ class CSR:
         indices: ``(nnz,)`` column ids, same dtype and device as ``indptr``.
         values: ``(nnz,)`` floating values, or ``None`` for an all-ones (unweighted) matrix.
         shape: ``(M, N)``.
-        check: validate the arguments (cheap checks only, no pass over the data).
+        check: validate the arguments: types, shapes and (one pass over the index arrays)
+            that ``indptr`` starts at 0, never decreases and ends at ``nnz`` and that every
+            column id is in range. Structures are cached, so this is paid once per graph.
 
     Example:
         >>> import torch
@@ -141,6 +216,7 @@ class CSR:
             shape = (indptr.numel() - 1, ncols)
         if check:
             shape = check_csr(indptr, indices, values, shape)
+            check_csr_data(indptr, indices, shape)
         shape = (int(shape[0]), int(shape[1]))
         self._s = _structure if _structure is not None else _Structure(indptr, indices, shape)
         self.values = values
@@ -190,10 +266,22 @@ class CSR:
         return self._s.transposed()
 
     def transpose(self) -> CSR:
-        """``A^T`` as a ``CSR`` of shape ``(N, M)``."""
-        t_indptr, t_rows, perm = self.transposed()
+        """``A^T`` as a ``CSR`` of shape ``(N, M)`` on the cached transposed structure."""
+        t, perm = self._s.transposed_structure()
         vals = None if self.values is None else self.values[perm]
-        return CSR(t_indptr, t_rows, vals, (self.shape[1], self.shape[0]), check=False)
+        return CSR(t.indptr, t.indices, vals, t.shape, check=False, _structure=t)
+
+    def pool(self):
+        """The output-buffer pool of this matrix's structure (CPU products)."""
+        return self._s.pool()
+
+    def transpose_pool(self):
+        """The output-buffer pool of the transposed structure (outputs of ``A^T @ Y``)."""
+        return self._s.transposed_structure()[0].pool()
+
+    def check_unchanged(self) -> None:
+        """Raise if the index tensors were modified in place since the matrix was built."""
+        self._s.check_unchanged()
 
     # -- values ------------------------------------------------------------------------
     def row_norms(self) -> torch.Tensor:

@@ -10,12 +10,12 @@ import torch
 
 from .backends import resolve
 from .csr import CSR
-from .products import csr_mm, csr_t_mm
+from .products import NO_SCALES, Scales, csr_mm, csr_t_mm
 
 if TYPE_CHECKING:
     from .controller import RSCController
 
-__all__ = ["LayerState", "Sample", "draw_sample", "mass_scale"]
+__all__ = ["LayerState", "Sample", "draw_sample", "mass_scale", "row_norms", "sample_product"]
 
 # Per-step counters stay on the device (no host sync per step) and are folded into plain
 # numbers every this many approximated products, or when stats() is asked for.
@@ -24,29 +24,54 @@ _FOLD_EVERY = 256
 
 @dataclass
 class Sample:
-    """A cached row sample: ``A[S, :]^T`` as a CSR of shape ``(N, M)`` plus bookkeeping."""
+    """A cached row sample: ``A[S, :]^T`` as a CSR of shape ``(N, M)`` plus bookkeeping.
+
+    The slice keeps ``A``'s values (or none); the sampled product is
+    ``factor * diag(c) A[S]^T diag(r) dY`` with ``A``'s scales applied at product time.
+    """
 
     token: Optional[int]  # structure token of the A it was cut from
     epoch: tuple  # (cache epoch, allocation version)
     t_slice: CSR
     k: torch.Tensor  # 0-dim, rows kept
     nnz: torch.Tensor  # 0-dim, non-zeros kept
+    factor: Optional[torch.Tensor] = None  # 0-dim scale of the sampled product, or None
+
+
+def row_norms(A: CSR, scales: Scales = NO_SCALES) -> torch.Tensor:
+    """``(M,)`` float32 ``||(diag(r) A diag(c))[i, :]||_2``: the rows of the normalized matrix."""
+    col = scales.score_col()
+    if col is None:
+        base = A.row_norms()
+    else:
+        sq = None if A.values is None else A.values.detach().float().square()
+        c2 = col.detach().float().square().unsqueeze(1)
+        base = csr_mm(A.with_values(sq), c2).squeeze(1).clamp(min=0).sqrt()
+    r = scales.row_factor()
+    return base if r is None else base * r.detach().float().abs()
 
 
 def draw_sample(
-    A: CSR, dY: torch.Tensor, nnz_budget: int, rule: str, min_k: int, backend, rescale=False
-):
+    A: CSR,
+    dY: torch.Tensor,
+    nnz_budget: int,
+    rule: str,
+    min_k: int,
+    backend,
+    rescale=False,
+    scales: Scales = NO_SCALES,
+) -> Sample:
     """Score rows, select them under ``nnz_budget`` and cut ``A[S, :]^T``.
 
     Args:
-        A: ``(M, N)`` sparse matrix.
+        A: ``(M, N)`` sparse matrix (scaled by ``scales`` in the product).
         dY: ``(M, D)`` output gradient.
-        rescale: fold :func:`mass_scale` into the slice's values, so that the product with
-            the slice has the exact product's scale at no per-step cost.
+        rescale: set :func:`mass_scale` as the sample's factor, so that the product with the
+            slice has the exact product's scale.
     Returns:
-        ``(t_slice CSR (N, M), k, nnz_kept, scores (M,))``.
+        A :class:`Sample` (token and epoch unset) with ``scores (M,)`` as attribute ``scores``.
     """
-    scores = backend.row_scores(A.row_norms(), dY)
+    scores = backend.row_scores(row_norms(A, scales), dY)
     from .backends.torch_ref import selection_key
 
     key = selection_key(scores, A.row_nnz(), rule)
@@ -54,14 +79,22 @@ def draw_sample(
     t_indptr, t_rows, perm = A.transposed()
     t_vals = None if A.values is None else A.values.detach()[perm]
     s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask)
-    if rescale:
-        scale = mass_scale(scores, mask)
-        if s_vals is None:
-            s_vals = scale.expand(s_idx.numel()).contiguous()
-        else:
-            s_vals = s_vals * scale.to(s_vals.dtype)
+    factor = mass_scale(scores, mask) if rescale else None
     t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
-    return t_slice, k, s_indptr[-1].long(), scores
+    sample = Sample(None, (), t_slice, k, s_indptr[-1].long(), factor)
+    sample.scores = scores
+    return sample
+
+
+def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> torch.Tensor:
+    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY``; the output comes from the pool of
+    ``A``'s transposed structure, like the exact backward's."""
+    ts = scales.transposed()
+    row = ts.row
+    if sample.factor is not None:
+        f = sample.factor.to(dY.dtype if dY.is_floating_point() else torch.float32)
+        row = f.expand(A.shape[1]) if row is None else row * f
+    return csr_mm(sample.t_slice, dY, Scales(row, ts.col), pool=A.transpose_pool())
 
 
 def mass_scale(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -114,8 +147,9 @@ class LayerState:
         return 0 if self._sample is None else self._sample.t_slice.nbytes()
 
     # -- the backward product ----------------------------------------------------------
-    def backward_product(self, A: CSR, dY: torch.Tensor) -> torch.Tensor:
-        """``(N, D)`` approximation of ``A^T @ dY`` for ``A (M, N)``, ``dY (M, D)``."""
+    def backward_product(self, A: CSR, dY: torch.Tensor, scales: Scales = NO_SCALES):
+        """``(N, D)`` approximation of ``A^T @ dY`` for ``A (M, N)``, ``dY (M, D)`` (with
+        ``A``'s row and column scales)."""
         ctl = self.controller
         phase = ctl.phase()
         self._bind(A)
@@ -125,13 +159,13 @@ class LayerState:
         if phase == "exact":
             self.exact_calls += 1
             self.nnz_visited += A.nnz
-            return csr_t_mm(A, dY)
+            return csr_t_mm(A, dY, scales)
         if phase == "warmup":
             self.exact_calls += 1
             self.nnz_visited += A.nnz
-            scores = A.row_norms() * torch.linalg.vector_norm(dY.float(), dim=1)
-            self._record(A, scores)
-            return csr_t_mm(A, dY)
+            backend = resolve(ctl.config.backend, dY.device)
+            self._record(A, backend.row_scores(row_norms(A, scales), dY))
+            return csr_t_mm(A, dY, scales)
         self.approx_calls += 1
         epoch = (ctl.cache_epoch(), ctl.alloc_version)
         s = self._sample
@@ -139,11 +173,11 @@ class LayerState:
             self.hits += 1
         else:
             self.misses += 1
-            s = self._refresh(A, dY, epoch)
+            s = self._refresh(A, dY, epoch, scales)
         self._pending_nnz.append(s.nnz)
         if len(self._pending_nnz) >= _FOLD_EVERY:
             self._fold()  # bounded memory when stats() is never asked for
-        return csr_mm(s.t_slice, dY)
+        return sample_product(A, s, dY, scales)
 
     def _bind(self, A: CSR):
         """After a checkpoint restore, adopt the first matrix of the saved shape."""
@@ -173,6 +207,7 @@ class LayerState:
                 "epoch": list(s.epoch),
                 "k": s.k,
                 "nnz": s.nnz,
+                "factor": s.factor,
             }
         return out
 
@@ -187,9 +222,10 @@ class LayerState:
         sd = d.get("sample")
         if sd is not None:
             t = CSR(sd["indptr"], sd["indices"], sd["values"], tuple(sd["shape"]), check=False)
-            self._sample = Sample(None, tuple(int(e) for e in sd["epoch"]), t, sd["k"], sd["nnz"])
+            epoch = tuple(int(e) for e in sd["epoch"])
+            self._sample = Sample(None, epoch, t, sd["k"], sd["nnz"], sd.get("factor"))
 
-    def _refresh(self, A: CSR, dY: torch.Tensor, epoch) -> Sample:
+    def _refresh(self, A: CSR, dY: torch.Tensor, epoch, scales: Scales) -> Sample:
         ctl = self.controller
         cfg = ctl.config
         backend = resolve(cfg.backend, dY.device)
@@ -198,14 +234,16 @@ class LayerState:
         else:
             budget = int(cfg.budget * A.nnz)
         timer = _Timer(dY.device)
-        t_slice, k, nnz, scores = draw_sample(
-            A, dY, budget, cfg.rule, cfg.min_k, backend, rescale=cfg.rescale
+        sample = draw_sample(
+            A, dY, budget, cfg.rule, cfg.min_k, backend, rescale=cfg.rescale, scales=scales
         )
         self._timers.append(timer.stop())
-        self._record(A, scores)
-        self.last_k = k
-        self._sample = Sample(A.token, epoch, t_slice, k, nnz)
-        return self._sample
+        self._record(A, sample.scores)
+        del sample.scores
+        sample.token, sample.epoch = A.token, epoch
+        self.last_k = sample.k
+        self._sample = sample
+        return sample
 
     def _record(self, A: CSR, scores: torch.Tensor):
         """Fold fresh scores into the running average (reset when the graph changes)."""

@@ -1,57 +1,159 @@
-"""Exact sparse-dense products on torch's sparse CSR engine (MKL on CPU, cuSPARSE on CUDA).
+"""Exact sparse-dense products: the one dispatch point between the CPU and CUDA engines.
 
-These are the fastest exact engines measured on the project's machines (see
-``docs/benchmarks.md``); both the forward product and the exact backward use them.
+``csr_mm(A, X)`` computes ``diag(rs) A diag(cs) X`` (scales optional). On the CPU it runs the
+Numba kernels of :mod:`dgl_rsc.cpu_spmm` (bit-identical to DGL's message passing, and at least as
+fast: ``docs/benchmarks.md``), writing into a reusable buffer of the matrix's
+:class:`~dgl_rsc.buffers.OutputPool`; without Numba, on torch's sparse CSR engine (MKL). On CUDA
+it runs cuSPARSE through ``torch.sparse`` with the scales applied around it. fp16/bf16 are
+computed in fp32 on the CPU (neither engine has a half-precision CPU path).
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple, Optional
 
 import torch
 
+from . import _deps
+from .buffers import OutputPool
 from .csr import CSR
 
-__all__ = ["csr_mm", "csr_t_mm", "sddmm"]
+__all__ = ["Scales", "csr_mm", "csr_t_mm", "sddmm", "cpu_engine"]
 
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-
-# CPU kernels of torch.sparse (MKL) have no fp16/bf16 path: compute those in fp32.
 _CPU_UPCAST = (torch.float16, torch.bfloat16)
 
 
-def _mm(indptr, indices, values, shape, X: torch.Tensor) -> torch.Tensor:
+class Scales(NamedTuple):
+    """Diagonal scalings of a product ``diag(row) A diag(col)``; ``None`` means identity.
+
+    ``row_divide`` divides the output rows by ``row`` (mean aggregation: ``row`` holds the
+    degrees) instead of multiplying. ``hint_col`` is a column scale that the caller applies
+    to the operand itself (before a dense product that sits between it and the aggregation):
+    it is not applied here, only used to score rows as rows of the normalized matrix. All are
+    ``(M,)``/``(N,)`` tensors without gradient.
+    """
+
+    row: Optional[torch.Tensor] = None
+    col: Optional[torch.Tensor] = None
+    row_divide: bool = False
+    hint_col: Optional[torch.Tensor] = None
+
+    @property
+    def is_identity(self) -> bool:
+        return self.row is None and self.col is None
+
+    def row_factor(self) -> Optional[torch.Tensor]:
+        """``(M,)`` multiplicative row factor (the reciprocal when dividing), or ``None``."""
+        if self.row is None:
+            return None
+        return 1.0 / self.row if self.row_divide else self.row
+
+    def score_col(self) -> Optional[torch.Tensor]:
+        """The column scale the row scores use: the applied one, else the hint."""
+        return self.col if self.col is not None else self.hint_col
+
+    def transposed(self) -> Scales:
+        """The scales of ``(diag(r) A diag(c))^T = diag(c) A^T diag(r)`` (a division becomes
+        a multiplication by the reciprocal)."""
+        return Scales(self.col, self.row_factor(), False)
+
+
+NO_SCALES = Scales()
+
+
+def cpu_engine() -> str:
+    """``"numba"`` when the Numba kernels can run, else ``"torch.sparse"``."""
+    return "numba" if _deps.numba_available() else "torch.sparse"
+
+
+def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    return None if t is None else t.to(dtype).contiguous()
+
+
+def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[OutputPool]):
+    from .cpu_spmm import spmm_rows
+
+    out_shape = (shape[0], X.shape[1])
+    if pool is not None and OutputPool.enabled_for(out_shape, X.dtype, X.device):
+        out = pool.empty(out_shape, X.dtype)
+    else:
+        out = torch.empty(out_shape, dtype=X.dtype)
+    return spmm_rows(
+        indptr, indices, values, X, out,
+        row_scale=_cast(scales.row, X.dtype), row_divide=scales.row_divide,
+        col_scale=_cast(scales.col, X.dtype),
+    )  # fmt: skip
+
+
+def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
+    if scales.col is not None:
+        X = X * scales.col.to(X.dtype).unsqueeze(1)
+    with warnings.catch_warnings():  # torch marks sparse CSR as beta; nothing to act on
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        A = torch.sparse_csr_tensor(indptr, indices, values, size=shape)
+    out = torch.sparse.mm(A, X)
+    if scales.row is not None:
+        r = scales.row.to(out.dtype).unsqueeze(1)
+        out = out / r if scales.row_divide else out * r
+    return out
+
+
+def _mm(indptr, indices, values, shape, X, scales: Scales, pool) -> torch.Tensor:
+    """``(M, D)`` product; ``values`` is ``None`` (all ones) or ``(nnz,)``."""
     out_dtype = X.dtype
-    if X.device.type == "cpu" and out_dtype in _CPU_UPCAST:
+    cpu = X.device.type == "cpu"
+    if cpu and out_dtype in _CPU_UPCAST:
         X = X.float()
-    if shape[0] == 0 or shape[1] == 0 or indices.numel() == 0:
+    if shape[0] == 0 or shape[1] == 0 or indices.numel() == 0 or X.shape[1] == 0:
         return X.new_zeros((shape[0], X.shape[1])).to(out_dtype)
-    A = torch.sparse_csr_tensor(indptr, indices, values.to(X.dtype), size=shape)
-    return torch.sparse.mm(A, X.contiguous()).to(out_dtype)
+    X = X.contiguous()
+    vals = _cast(values, X.dtype)
+    if cpu and _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
+        out = _numba_mm(indptr, indices, vals, shape, X, scales, pool)
+    else:
+        if vals is None:
+            vals = torch.ones(indices.numel(), dtype=X.dtype, device=X.device)
+        out = _sparse_mm(indptr, indices, vals, shape, X, scales)
+    return out.to(out_dtype)
 
 
-def csr_mm(A: CSR, X: torch.Tensor) -> torch.Tensor:
-    """``A @ X``: ``A (M, N)``, ``X (N, D)`` -> ``(M, D)`` in ``X``'s dtype. No autograd."""
-    return _mm(A.indptr, A.indices, A.values_or_ones(X.dtype), A.shape, X)
+def csr_mm(
+    A: CSR, X: torch.Tensor, scales: Scales = NO_SCALES, pool: Optional[OutputPool] = None
+) -> torch.Tensor:
+    """``diag(r) A diag(c) X``: ``A (M, N)``, ``X (N, D)`` -> ``(M, D)`` in ``X``'s dtype.
+
+    No autograd. On the CPU the output may share a pooled buffer of ``pool`` (default: the
+    pool of ``A``'s structure); it stays valid for as long as the caller holds it.
+    """
+    pool = A.pool() if pool is None else pool
+    return _mm(A.indptr, A.indices, A.values, A.shape, X, scales, pool)
 
 
-def csr_t_mm(A: CSR, Y: torch.Tensor) -> torch.Tensor:
-    """``A^T @ Y``: ``Y (M, D)`` -> ``(N, D)``, through the cached transposed structure."""
-    t_indptr, t_rows, perm = A.transposed()
-    vals = A.values_or_ones(Y.dtype)
-    if A.values is not None:
-        vals = vals[perm]
-    return _mm(t_indptr, t_rows, vals, (A.shape[1], A.shape[0]), Y)
+def csr_t_mm(A: CSR, Y: torch.Tensor, scales: Scales = NO_SCALES) -> torch.Tensor:
+    """``(diag(r) A diag(c))^T @ Y``: ``Y (M, D)`` -> ``(N, D)``, through ``A``'s cached
+    transposed structure (the same kernel, no transposed slow path)."""
+    return csr_mm(A.transpose(), Y, scales.transposed())
 
 
-def sddmm(A: CSR, dY: torch.Tensor, X: torch.Tensor, chunk: int = 1 << 20) -> torch.Tensor:
-    """``(nnz,)`` ``<dY[i], X[j]>`` for every stored entry ``(i, j)``: the gradient of ``A``'s
-    values in ``Y = A @ X``. Processed in chunks of edges to bound memory at ``chunk * D``."""
+def sddmm(
+    A: CSR, dY: torch.Tensor, X: torch.Tensor, scales: Scales = NO_SCALES, chunk: int = 1 << 20
+) -> torch.Tensor:
+    """``(nnz,)`` ``r_i c_j <dY[i], X[j]>`` for every stored entry ``(i, j)``: the gradient of
+    ``A``'s values in ``Y = diag(r) A diag(c) X``. Accumulated in fp64 for fp64 operands and in
+    fp32 otherwise; processed in chunks of edges to bound memory at ``chunk * D``."""
+    acc = torch.float64 if torch.float64 in (dY.dtype, X.dtype) else torch.float32
     rows = A.row_ids()
     cols = A.indices.long()
-    out = torch.empty(A.nnz, dtype=torch.float32, device=A.device)
+    out = torch.empty(A.nnz, dtype=acc, device=A.device)
+    r = scales.row_factor()
     for start in range(0, A.nnz, chunk):
-        r = rows[start : start + chunk]
-        c = cols[start : start + chunk]
-        out[start : start + chunk] = (dY[r].float() * X[c].float()).sum(1)
+        ri = rows[start : start + chunk]
+        ci = cols[start : start + chunk]
+        part = (dY[ri].to(acc) * X[ci].to(acc)).sum(1)
+        if r is not None:
+            part = part * r.to(acc)[ri]
+        if scales.col is not None:
+            part = part * scales.col.to(acc)[ci]
+        out[start : start + chunk] = part
     return out

@@ -12,8 +12,8 @@ import torch
 
 from .controller import RSCController
 from .csr import CSR
-from .layer_state import LayerState, draw_sample
-from .products import csr_mm, csr_t_mm, sddmm
+from .layer_state import LayerState, draw_sample, sample_product
+from .products import NO_SCALES, Scales, csr_mm, csr_t_mm, sddmm
 
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
 
@@ -21,33 +21,43 @@ RSCArg = Union[None, float, RSCController, LayerState]
 
 
 class RSCSpMM(torch.autograd.Function):
-    """``Y = A @ X`` with ``A (M, N)`` sparse and ``X (N, D)`` dense.
+    """``Y = diag(r) A diag(c) X`` with ``A (M, N)`` sparse, ``X (N, D)`` dense, optional
+    row/column scales (``r``, ``c``; ``scales.row_divide`` divides by ``r``).
 
-    ``backward`` computes ``dX = sampler.backward_product(A, dY)`` (exact when ``sampler`` is
-    ``None``) and, when ``A``'s values require grad, ``dA = SDDMM(dY, X)`` exactly.
+    ``backward`` computes ``dX`` through ``sampler.backward_product(A, dY, scales)`` (the exact
+    transposed product when ``sampler`` is ``None``) and, when ``A``'s values require grad,
+    ``dA = r_i c_j <dY_i, X_j>`` exactly (SDDMM). ``A``'s values, ``X`` (only when ``dA`` is
+    needed) and the scales are saved with ``save_for_backward``, so that modifying one of them
+    in place before the backward raises autograd's version-counter error instead of giving a
+    wrong gradient; ``A``'s index arrays are checked the same way by the structure itself.
     """
 
     @staticmethod
-    def forward(ctx, values, X, A: CSR, sampler):
-        ctx.A = A
+    def forward(ctx, values, X, A: CSR, sampler, scales: Scales):
+        ctx.structure = A.with_values(None)
         ctx.sampler = sampler
+        ctx.row_divide = scales.row_divide
         need_dA = values is not None and ctx.needs_input_grad[0]
-        ctx.save_for_backward(X if need_dA else None)
-        return csr_mm(A, X)
+        ctx.save_for_backward(
+            values, X if need_dA else None, scales.row, scales.col, scales.hint_col
+        )
+        return csr_mm(A, X, scales)
 
     @staticmethod
     def backward(ctx, dY):
-        (X,) = ctx.saved_tensors
-        A = ctx.A
+        values, X, row, col, hint_col = ctx.saved_tensors
+        A = ctx.structure.with_values(values)
+        A.check_unchanged()
+        scales = Scales(row, col, ctx.row_divide, hint_col)
         dvalues = dX = None
         if ctx.needs_input_grad[0]:
-            dvalues = sddmm(A, dY, X).to(A.values.dtype)
+            dvalues = sddmm(A, dY, X, scales).to(values.dtype)
         if ctx.needs_input_grad[1]:
             if ctx.sampler is None:
-                dX = csr_t_mm(A, dY)
+                dX = csr_t_mm(A, dY, scales)
             else:
-                dX = ctx.sampler.backward_product(A, dY)
-        return dvalues, dX, None, None
+                dX = ctx.sampler.backward_product(A, dY, scales)
+        return dvalues, dX, None, None, None
 
 
 class Sampler:
@@ -65,14 +75,15 @@ class Sampler:
         self.budget, self.rule, self.min_k, self.backend = budget, rule, min_k, backend
         self.rescale = rescale
 
-    def backward_product(self, A: CSR, dY: torch.Tensor) -> torch.Tensor:
+    def backward_product(self, A: CSR, dY: torch.Tensor, scales: Scales = NO_SCALES):
+        """``(N, D)`` sampled ``A^T @ dY`` (with ``A``'s scales), drawn afresh."""
         from .backends import resolve
 
         backend = resolve(self.backend, dY.device)
-        t_slice, _, _, _ = draw_sample(
-            A, dY, int(self.budget * A.nnz), self.rule, self.min_k, backend, self.rescale
+        sample = draw_sample(
+            A, dY, int(self.budget * A.nnz), self.rule, self.min_k, backend, self.rescale, scales
         )
-        return csr_mm(t_slice, dY)
+        return sample_product(A, sample, dY, scales)
 
 
 def check_dense(X, n_rows: int, device: torch.device, name: str = "X") -> None:
@@ -125,8 +136,13 @@ def spmm_csr(
     shape,
     X: torch.Tensor,
     rsc: RSCArg = None,
+    *,
+    row_scale: Optional[torch.Tensor] = None,
+    col_scale: Optional[torch.Tensor] = None,
+    row_divide: bool = False,
 ) -> torch.Tensor:
-    """``A @ X`` for ``A`` given as CSR tensors; backward approximated per ``rsc``.
+    """``diag(row_scale) A diag(col_scale) X`` for ``A`` given as CSR tensors; backward
+    approximated per ``rsc``.
 
     Args:
         indptr: ``(M+1,)`` int32/int64.
@@ -137,6 +153,12 @@ def spmm_csr(
         rsc: ``None`` for the exact backward; a float budget fraction for stateless top
             rows; an :class:`RSCController` (this call is its next layer) or a
             :class:`LayerState`.
+        row_scale: ``(M,)`` scale of the output rows (``None``: 1); with ``row_divide`` the
+            rows are divided by it (mean aggregation by in-degree). No gradient flows to it.
+        col_scale: ``(N,)`` scale of ``X``'s rows before the product (``None``: 1).
+
+    The scales are part of the matrix RSC samples from: rows are scored as rows of the
+    normalized matrix ``diag(r) A diag(c)``, as in the paper (``||Â_i|| * ||dY_i||``).
 
     Returns:
         ``(M,)`` or ``(M, D)`` in ``X``'s dtype.
@@ -148,6 +170,9 @@ def spmm_csr(
         >>> Y = spmm_csr(indptr, indices, None, (2, 2), X, rsc=0.5)
         >>> Y[:, 0].tolist()
         [2.0, 1.0]
+        >>> spmm_csr(indptr, indices, None, (2, 2), X, row_scale=torch.tensor([2.0, 1.0]),
+        ...          row_divide=True)[:, 0].tolist()
+        [1.0, 1.0]
     """
 
     def build():
@@ -161,28 +186,70 @@ def spmm_csr(
             base = rsc.structures.get(indptr, build)
     else:
         base = build()
-    return spmm_matrix(base.with_values(values), X, rsc)
+    return spmm_matrix(
+        base.with_values(values), X, rsc,
+        row_scale=row_scale, col_scale=col_scale, row_divide=row_divide,
+    )  # fmt: skip
 
 
-def spmm_matrix(A: CSR, X: torch.Tensor, rsc: RSCArg = None) -> torch.Tensor:
-    """``A @ X`` for a :class:`~dgl_rsc.CSR` (see :func:`spmm_csr`)."""
+def _check_scale(name: str, t, n: int, X: torch.Tensor):
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor or None, got {t!r:.60}.")
+    if t.numel() != n:
+        raise ValueError(f"{name} must have {n} entries (one per row), got shape {tuple(t.shape)}.")
+    if t.device != X.device:
+        raise ValueError(f"{name} is on {t.device} but X on {X.device}; move it with .to().")
+    return t.detach().reshape(n)
+
+
+def spmm_matrix(
+    A: CSR,
+    X: torch.Tensor,
+    rsc: RSCArg = None,
+    *,
+    row_scale: Optional[torch.Tensor] = None,
+    col_scale: Optional[torch.Tensor] = None,
+    row_divide: bool = False,
+    score_col_scale: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """``diag(row_scale) A diag(col_scale) X`` for a :class:`~dgl_rsc.CSR` (see
+    :func:`spmm_csr`). ``score_col_scale (N,)``: a column scale the caller already applied to
+    ``X`` (or before a dense product that produced ``X``); not applied again, only used to
+    score rows as rows of the normalized matrix."""
     check_dense(X, A.shape[1], A.device)
+    scales = Scales(
+        _check_scale("row_scale", row_scale, A.shape[0], X),
+        _check_scale("col_scale", col_scale, A.shape[1], X),
+        bool(row_divide) and row_scale is not None,
+        _check_scale("score_col_scale", score_col_scale, A.shape[1], X),
+    )
     vec = X.dim() == 1
     X2 = X.unsqueeze(1) if vec else X
     sampler = _resolve_sampler(rsc, X)
-    Y = RSCSpMM.apply(A.values, X2, A, sampler)
+    Y = RSCSpMM.apply(A.values, X2, A, sampler, scales)
     return Y.squeeze(1) if vec else Y
 
 
-def spmm(A, X: torch.Tensor, rsc: RSCArg = None) -> torch.Tensor:
+def spmm(
+    A,
+    X: torch.Tensor,
+    rsc: RSCArg = None,
+    *,
+    row_scale: Optional[torch.Tensor] = None,
+    col_scale: Optional[torch.Tensor] = None,
+    row_divide: bool = False,
+) -> torch.Tensor:
     """``A @ X`` for a ``dgl.sparse.SparseMatrix`` ``A (M, N)`` with scalar values.
 
     Same forward as ``dgl.sparse.spmm``; the backward for ``X`` is approximated per ``rsc``
-    (see :func:`spmm_csr`); the gradient of ``A.val`` is exact.
+    (see :func:`spmm_csr`, also for the optional scales); the gradient of ``A.val`` is exact.
     """
     from .dgl_interop import csr_from_sparse_matrix
 
+    kw = dict(row_scale=row_scale, col_scale=col_scale, row_divide=row_divide)
     if isinstance(A, CSR):
-        return spmm_matrix(A, X, rsc)
+        return spmm_matrix(A, X, rsc, **kw)
     cache = rsc.structures if isinstance(rsc, RSCController) else None
-    return spmm_matrix(csr_from_sparse_matrix(A, cache), X, rsc)
+    return spmm_matrix(csr_from_sparse_matrix(A, cache), X, rsc, **kw)

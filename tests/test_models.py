@@ -121,10 +121,19 @@ def test_patch_dgl_and_native_engines_train_alike(name, rsc):
     assert [h["phase"] for h in rec_p["history"]] == [h["phase"] for h in rec_d["history"]]
     if rsc:  # the approximation was active, on the same layers in both engines
         assert "approx" in [h["phase"] for h in rec_d["history"]]
-        assert rec_p["history"][3]["nnz_fraction"] == rec_d["history"][3]["nnz_fraction"] < 1
+        assert rec_p["history"][3]["nnz_fraction"] < 1 and rec_d["history"][3]["nnz_fraction"] < 1
+    assert not torch.equal(patch[0], patch[-1])  # it trained
+    # The drop-ins score rows of the normalized matrix D^-1/2 A D^-1/2; stock GraphConv and
+    # GCN2Conv apply the column normalization to the features before message passing, where
+    # the patch cannot see it, so under RSC they keep other rows (a row normalization is seen
+    # either way: it sits in dY). Exact, and SAGE (row-normalized), they must agree.
+    if rsc and name in ("gcn", "gcn2"):
+        assert not torch.equal(patch, dgl)
+        return
+    if rsc:
+        assert rec_p["history"][3]["nnz_fraction"] == rec_d["history"][3]["nnz_fraction"]
     # stock DGL layers under the patch and dgl_rsc layers on the same DGLGraph run the same
     # sparse products in the same order; the dense GEMMs (MKL) may round differently by one
     # ulp from process to process (buffer alignment), so "equal" is to float32 rounding
     torch.testing.assert_close(patch, dgl, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(native, dgl, rtol=1e-5, atol=1e-6)
-    assert not torch.equal(patch[0], patch[-1])  # it trained

@@ -233,7 +233,7 @@ def test_rescale_matches_the_exact_scale_and_only_scales(weighted):
     assert rel(scaled, exact) < rel(plain, exact)
 
 
-def test_controller_rescale_is_folded_into_the_cached_slice():
+def test_controller_rescale_is_a_factor_of_the_cached_slice():
     A = power_law_csr(800, 8.0, seed=2)
     G = torch.rand(800, 8) + 0.5
     out = {}
@@ -242,8 +242,10 @@ def test_controller_rescale_is_folded_into_the_cached_slice():
         X = torch.randn(800, 8, requires_grad=True)
         spmm_matrix(A, X, rsc).backward(G)
         sample = rsc.layers[0]._sample
-        # the product is exactly the cached slice applied to dY (no per-step extra pass)
-        torch.testing.assert_close(X.grad, sample.t_slice.to_dense() @ G, rtol=1e-5, atol=1e-5)
-        out[rescale] = (X.grad, sample.t_slice.values)
-    assert out[False][1] is None  # unweighted and not rescaled: no values materialized
-    assert float(out[True][1][0]) > 1.0 and torch.all(out[True][1] == out[True][1][0])
+        factor = 1.0 if sample.factor is None else float(sample.factor)
+        # the product is exactly the cached slice applied to dY, times one scalar
+        expect = factor * (sample.t_slice.to_dense() @ G)
+        torch.testing.assert_close(X.grad, expect, rtol=1e-5, atol=1e-5)
+        out[rescale] = (sample.t_slice.values, sample.factor)
+    assert out[False] == (None, None)  # unweighted and not rescaled: no values, no factor
+    assert out[True][0] is None and float(out[True][1]) > 1.0  # the slice stays unweighted

@@ -65,13 +65,17 @@ class RSCLayer(nn.Module):
             self._rsc_index, self._rsc_private = 0, True
         return self._rsc_ctl
 
-    def _aggregate(self, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
-        """``(N_dst, *F)`` sum over in-edges of ``w_e * feat[src]``; backward approximated."""
+    def _aggregate(self, graph, feat: torch.Tensor, edge_weight=None, **scales) -> torch.Tensor:
+        """``(N_dst, *F)`` sum over in-edges of ``w_e * feat[src]``; backward approximated.
+
+        ``scales``: ``row_scale``/``row_divide``, ``col_scale`` and ``score_col_scale`` of
+        :func:`dgl_rsc.spmm.spmm_matrix` (the layer's normalization, fused into the product).
+        """
         if self._rsc_exact:
             if self._rsc_structures is None:
                 self._rsc_structures = StructureCache()
             A = adjacency(graph, edge_weight, self._rsc_structures)
-            out = spmm_matrix(A, feat.reshape(feat.shape[0], -1), None)
+            out = spmm_matrix(A, feat.reshape(feat.shape[0], -1), None, **scales)
             return out.reshape((A.shape[0],) + tuple(feat.shape[1:]))
         ctl = self.rsc_controller()
         grad = torch.is_grad_enabled() and feat.requires_grad
@@ -81,5 +85,6 @@ class RSCLayer(nn.Module):
             self._rsc_seen = True
         A = adjacency(graph, edge_weight, ctl.structures)
         flat = feat.reshape(feat.shape[0], -1)
-        out = spmm_matrix(A, flat, ctl.layer(self._rsc_index) if grad else None)
+        state = ctl.layer(self._rsc_index) if grad else None
+        out = spmm_matrix(A, flat, state, **scales)
         return out.reshape((A.shape[0],) + tuple(feat.shape[1:]))

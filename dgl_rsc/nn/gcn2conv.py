@@ -68,15 +68,12 @@ class GCN2Conv(RSCLayer):
     def forward(self, graph, feat, feat_0, edge_weight=None):
         if not self._allow_zero_in_degree:
             check_in_degrees(graph)
-        if edge_weight is None:
+        if edge_weight is None:  # D^-1/2 A D^-1/2 with both scalings fused into the product
             degs = graph.in_degrees().to(feat).clamp(min=1)
-            norm = torch.pow(degs, -0.5).to(feat.device).unsqueeze(1)
-            feat = feat * norm
+            norm = torch.pow(degs, -0.5).to(feat.device)
+            feat = self._aggregate(graph, feat, row_scale=norm, col_scale=norm)
         else:
-            edge_weight = _both_norm(graph, edge_weight)
-        feat = self._aggregate(graph, feat, edge_weight)
-        if edge_weight is None:
-            feat = feat * norm
+            feat = self._aggregate(graph, feat, _both_norm(graph, edge_weight))
         feat = feat * (1 - self.alpha)
         feat_0 = feat_0[: feat.size(0)] * self.alpha
         feat_sum = feat + feat_0

@@ -84,10 +84,13 @@ class GraphConv(RSCLayer):
             feat_src, feat_dst = feat
         else:
             feat_src = feat_dst = feat
+        col = row = None
         if self._norm in ("left", "both"):
             degs = graph.out_degrees().to(feat_src).clamp(min=1)
-            norm = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
-            feat_src = feat_src * norm.reshape(norm.shape + (1,) * (feat_src.dim() - 1))
+            col = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
+        if self._norm in ("right", "both"):
+            degs = graph.in_degrees().to(feat_dst).clamp(min=1)
+            row = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
         if weight is not None:
             if self.weight is not None:
                 raise ValueError(
@@ -97,18 +100,23 @@ class GraphConv(RSCLayer):
                 )
         else:
             weight = self.weight
-        if self._in_feats > self._out_feats:
-            if weight is not None:
-                feat_src = torch.matmul(feat_src, weight)
-            rst = self._aggregate(graph, feat_src, edge_weight)
+        # DGL's order of operations, with every scaling that is adjacent to the aggregation
+        # fused into the product (bit-identical: the same multiplications in the same order)
+        before = weight is not None and self._in_feats > self._out_feats
+        after = weight is not None and not before
+        fused = {"row_scale": None if after else row}
+        if before:
+            if col is not None:
+                feat_src = feat_src * _bcast(col, feat_src)
+            feat_src = torch.matmul(feat_src, weight)
+            fused["score_col_scale"] = col
         else:
-            rst = self._aggregate(graph, feat_src, edge_weight)
-            if weight is not None:
-                rst = torch.matmul(rst, weight)
-        if self._norm in ("right", "both"):
-            degs = graph.in_degrees().to(feat_dst).clamp(min=1)
-            norm = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
-            rst = rst * norm.reshape(norm.shape + (1,) * (feat_dst.dim() - 1))
+            fused["col_scale"] = col
+        rst = self._aggregate(graph, feat_src, edge_weight, **fused)
+        if after:
+            rst = torch.matmul(rst, weight)
+            if row is not None:
+                rst = rst * _bcast(row, feat_dst)
         if self.bias is not None:
             rst = rst + self.bias
         if self._activation is not None:
@@ -120,3 +128,8 @@ class GraphConv(RSCLayer):
         if "_activation" in self.__dict__:
             summary += ", activation={_activation}"
         return summary.format(**self.__dict__)
+
+
+def _bcast(norm: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``norm (N,)`` reshaped to broadcast over ``like (N, *)``."""
+    return norm.reshape(norm.shape + (1,) * (like.dim() - 1))

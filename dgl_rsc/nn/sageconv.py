@@ -76,13 +76,17 @@ class SAGEConv(RSCLayer):
             feat_src = feat_dst = self.feat_drop(feat)
         lin_before_mp = self._in_src_feats > self._out_feats
         h = self.fc_neigh(feat_src) if lin_before_mp else feat_src
+        mean = self._aggre_type == "mean"
         if graph.num_edges() == 0:
             neigh = torch.zeros(feat_dst.shape[0], h.shape[1]).to(h)
+        elif mean:  # DGL's mean: the sum divided by the clamped in-degree, fused
+            deg = graph.in_degrees().clamp(1, max(graph.num_edges(), 1)).to(h.dtype)
+            neigh = self._aggregate(graph, h, edge_weight, row_scale=deg, row_divide=True)
         else:
             neigh = self._aggregate(graph, h, edge_weight)
         degs = graph.in_degrees().to(neigh).unsqueeze(-1)
-        if self._aggre_type == "mean":
-            h_neigh = neigh / degs.clamp(min=1)
+        if mean:
+            h_neigh = neigh
         else:
             if isinstance(feat, tuple):
                 h_dst = self.fc_neigh(feat_dst) if lin_before_mp else feat_dst

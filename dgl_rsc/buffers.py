@@ -1,0 +1,99 @@
+"""``OutputPool``: reusable CPU output buffers for the sparse products.
+
+A product's dense ``(M, D)`` output is a large allocation on every call. glibc serves blocks
+above its mmap ceiling (32 MiB) from fresh pages, and their first-touch faults cost more than
+the sampled product itself (200k x 128 fp32: 39 ms on one core to fault and zero 102 MB, 12 ms
+to zero a reused buffer; ``docs/benchmarks.md``). CUDA has torch's caching allocator; on the CPU
+the products keep their own buffers here, so that the default allocator is no handicap and no
+environment variable is needed.
+
+A buffer is handed out as an alias: a tensor of its own sharing the buffer's storage, made with
+``Tensor.set_`` rather than as a view, so that autograd treats it as a fresh tensor (a view
+returned from a custom ``autograd.Function`` could not be modified in place). The storage's use
+count then says whether anyone still holds the alias or a view of it (autograd, a ``.grad``
+that kept it, a user's reference): a buffer is reused only when the pool holds the last
+reference, so handing it out again can never overwrite a live tensor. Buffers belong to
+one sparse structure and are freed with it or by :meth:`OutputPool.clear`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+__all__ = ["OutputPool", "POOL_MIN_BYTES"]
+
+#: outputs smaller than this come from torch's allocator (glibc reuses such blocks anyway)
+POOL_MIN_BYTES = 1 << 20
+_MAX_PER_KEY = 16  # buffers of one shape held at most (a safety bound; use stays far below)
+_MAX_KEYS = 8
+
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
+def _free(buf: torch.Tensor) -> bool:
+    """Whether the pool holds the only reference to ``buf``'s storage.
+
+    ``buf`` itself holds one reference; every live alias, view or storage object adds one.
+    """
+    return _use_count(buf.untyped_storage()._cdata) == 1
+
+
+def _alias(buf: torch.Tensor) -> torch.Tensor:
+    """A tensor sharing ``buf``'s storage that is not an autograd view of it."""
+    return torch.empty(0, dtype=buf.dtype).set_(buf.untyped_storage(), 0, buf.shape, buf.stride())
+
+
+class OutputPool:
+    """Buffers keyed by ``(shape, dtype)``, reused once nothing outside the pool holds them.
+
+    Example:
+        >>> pool = OutputPool()
+        >>> a = pool.empty((1024, 512), torch.float32)
+        >>> b = pool.empty((1024, 512), torch.float32)   # ``a`` is alive: a second buffer
+        >>> a.data_ptr() != b.data_ptr()
+        True
+        >>> ptr = a.data_ptr(); del a
+        >>> pool.empty((1024, 512), torch.float32).data_ptr() == ptr
+        True
+    """
+
+    def __init__(self):
+        self._bufs: OrderedDict[tuple, list] = OrderedDict()
+
+    @staticmethod
+    def enabled_for(shape, dtype: torch.dtype, device: torch.device) -> bool:
+        """Pooled: CPU outputs of at least :data:`POOL_MIN_BYTES`, when torch can tell use."""
+        if _use_count is None or torch.device(device).type != "cpu":
+            return False
+        n = 1
+        for s in shape:
+            n *= int(s)
+        return n * torch.empty((), dtype=dtype).element_size() >= POOL_MIN_BYTES
+
+    def empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        """An uninitialized CPU tensor of ``shape`` (the caller writes every element)."""
+        key = (tuple(int(s) for s in shape), dtype)
+        bufs = self._bufs.setdefault(key, [])
+        self._bufs.move_to_end(key)
+        for buf in bufs:
+            if _free(buf):
+                return _alias(buf)
+        buf = torch.empty(key[0], dtype=dtype)
+        if len(bufs) < _MAX_PER_KEY:
+            bufs.append(buf)
+        while len(self._bufs) > _MAX_KEYS:
+            self._bufs.popitem(last=False)
+        return _alias(buf)
+
+    def nbytes(self) -> int:
+        """Bytes held by the pool's buffers."""
+        return sum(b.numel() * b.element_size() for bufs in self._bufs.values() for b in bufs)
+
+    def clear(self) -> None:
+        """Drop every buffer (aliases handed out stay valid: they keep their storage)."""
+        self._bufs.clear()
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._bufs.values())
