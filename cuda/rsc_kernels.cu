@@ -389,7 +389,8 @@ __global__ void rsc_select_mask(const float* __restrict__ key, long long m,
 }
 
 // ------------------------------------------------------------------------------------------
-// (3a) slice_transposed: drop the entries of A^T whose row id (t_rows) is not kept.
+// (3a) slice_transposed: drop the entries of A^T whose row id (t_rows) is not kept, unless the
+// optional entry_keep mask keeps them (a self-loop diagonal applied exactly).
 //
 // A warp owns a chunk of 1024 entries (32 words of 32): it writes the keep bitmap, the
 // exclusive popcount of each word within the chunk, and the chunk's total. After an exclusive
@@ -400,6 +401,7 @@ __global__ void rsc_select_mask(const float* __restrict__ key, long long m,
 template <typename I>
 __global__ void rsc_keep_bitmap(const I* __restrict__ t_rows, long long nnz,
                                 const bool* __restrict__ row_mask,
+                                const bool* __restrict__ entry_keep,  // nullable
                                 unsigned int* __restrict__ bitmap,
                                 unsigned short* __restrict__ word_excl,
                                 long long* __restrict__ chunk_cnt, long long nchunks) {
@@ -411,7 +413,8 @@ __global__ void rsc_keep_bitmap(const I* __restrict__ t_rows, long long nnz,
 #pragma unroll 8
   for (int j = 0; j < 32; ++j) {
     const long long e = base + (j << 5) + lane;
-    const bool keep = e < nnz && row_mask[(long long)t_rows[e]];
+    const bool keep =
+        e < nnz && (row_mask[(long long)t_rows[e]] || (entry_keep != nullptr && entry_keep[e]));
     const unsigned int word = __ballot_sync(0xffffffffu, keep);
     if (lane == j) mine = word;
   }

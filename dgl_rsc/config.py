@@ -6,10 +6,20 @@ import dataclasses
 import difflib
 from typing import Any, Mapping, Optional
 
-__all__ = ["RSCConfig", "ConfigError", "BACKENDS", "RULES", "unknown_key_message"]
+__all__ = [
+    "RSCConfig",
+    "ConfigError",
+    "BACKENDS",
+    "RULES",
+    "RESCALES",
+    "DIAGONALS",
+    "unknown_key_message",
+]
 
 BACKENDS = ("auto", "torch", "cupy", "numba")
 RULES = ("topk", "cost")
+RESCALES = ("ls", "mass", "none")
+DIAGONALS = ("sample", "exact")
 
 
 class ConfigError(ValueError):
@@ -43,12 +53,21 @@ class RSCConfig:
         rule: ``"topk"`` keeps rows by score ``s_i`` (the paper); ``"cost"`` keeps rows by
             ``s_i^2 / nnz_i`` (the fractional-knapsack rule for the left-out energy).
         ema: weight of the newest score in the running average, in (0, 1].
-        rescale: multiply the sampled product by ``sum_i s_i / sum_{i in S} s_i`` (computed
-            at each refresh from the scores, no extra product), so that its scale matches the
-            exact product's. Without it (the paper) an early layer's gradient can be tens of
-            times smaller than the exact one, and the switch to exact then destabilizes Adam.
+        rescale: the scale of the sampled product. ``"ls"`` (default): the least-squares
+            factor ``<G_S, G> / ||G_S||^2``, estimated at each refresh from ``probe_rows``
+            dropped rows drawn by score and clipped to ``[1, total / kept score mass]`` (1 when
+            the dropped rows' contributions are independent, larger when they align with the
+            kept ones, as training gradients do; ``docs/benchmarks.md``); ``"mass"``: total /
+            kept score mass; ``"none"``: unscaled (the paper). ``true``/``false`` read as
+            ``"ls"``/``"none"``.
+        diagonal: ``"sample"`` (default) treats a self-loop diagonal like any other entry;
+            ``"exact"`` always applies it exactly and samples the off-diagonal rows with the
+            rest of the budget (its ``N`` entries count as work; measured to lose at equal
+            work on graphs of average degree 20-100).
+        probe_rows: dropped rows drawn per refresh to estimate the ``"ls"`` scale (>= 1).
         backend: ``"auto"``, ``"torch"``, ``"cupy"`` or ``"numba"`` for the sampling kernels.
-        seed: seed for any randomized choice (ties are broken deterministically anyway).
+        seed: seed of the rows drawn for the ``"ls"`` scale (each layer draws from its own
+            generator, seeded from ``seed`` and its index; saved in checkpoints).
     """
 
     budget: float = 0.1
@@ -60,7 +79,9 @@ class RSCConfig:
     min_k: int = 10
     rule: str = "cost"
     ema: float = 0.5
-    rescale: bool = True
+    rescale: str = "ls"
+    diagonal: str = "sample"
+    probe_rows: int = 256
     backend: str = "auto"
     seed: int = 0
 
@@ -76,8 +97,11 @@ class RSCConfig:
         _check_number(self, "ema", float, lo=0.0, hi=1.0, lo_open=True)
         _check_number(self, "seed", int, lo=0)
         _check_choice(self, "rule", RULES)
-        if not isinstance(self.rescale, bool):
-            raise ConfigError(f"RSCConfig.rescale must be true or false, got {self.rescale!r}.")
+        if isinstance(self.rescale, bool):  # the older boolean form
+            object.__setattr__(self, "rescale", "ls" if self.rescale else "none")
+        _check_choice(self, "rescale", RESCALES)
+        _check_choice(self, "diagonal", DIAGONALS)
+        _check_number(self, "probe_rows", int, lo=1)
         _check_choice(self, "backend", BACKENDS)
 
     @classmethod
@@ -122,15 +146,18 @@ def _check_number(cfg, key, kind, lo=None, hi=None, lo_open=False):
     value = getattr(cfg, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"RSCConfig.{key} must be a number, got {value!r}.")
-    if kind is int and not float(value).is_integer():
+    rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}]"
+    # NaN fails every comparison; an int is exact at any size, but float() of it may overflow
+    too_big = not (kind is int and isinstance(value, int)) and abs(value) > 1.7976931348623157e308
+    if too_big or not -float("inf") < value < float("inf"):
+        raise ConfigError(f"RSCConfig.{key}={value!r} is not a finite number; give one in {rng}.")
+    if kind is int and isinstance(value, float) and not value.is_integer():
         raise ConfigError(f"RSCConfig.{key} must be an integer, got {value!r}.")
     value = kind(value)
     object.__setattr__(cfg, key, value)
     bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
     bad_hi = hi is not None and value > hi
     if bad_lo or bad_hi:
-        lo_s = "(" if lo_open else "["
-        rng = f"{lo_s}{lo}, {hi if hi is not None else 'inf'}]"
         raise ConfigError(f"RSCConfig.{key}={value!r} is out of range; it must lie in {rng}.")
 
 

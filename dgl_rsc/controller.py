@@ -105,8 +105,9 @@ class RSCController:
             key = selection_key(s.ema, s.row_nnz, cfg.rule)
             mass = s.ema.square() if cfg.rule == "cost" else s.ema
             problems.append(LayerProblem(key, mass, s.row_nnz, s.width, cfg.min_k))
-        budget = cfg.budget * sum(float(s.row_nnz.sum()) * s.width for s in ready)
-        alloc = allocate(problems, budget)
+        exact_work = sum((float(s.row_nnz.sum()) + s.fixed_nnz) * s.width for s in ready)
+        fixed_work = sum(s.fixed_nnz * s.width for s in ready)
+        alloc = allocate(problems, max(cfg.budget * exact_work - fixed_work, 0.0))
         for s, nnz in zip(ready, alloc.nnz):
             s.nnz_budget = nnz
         self.alloc_version += 1

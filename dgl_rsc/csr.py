@@ -112,6 +112,21 @@ class _Structure:
         self._t_structure = None
         self._ones = {}
         self._pool = None
+        self._diag = None
+
+    def diagonal(self):
+        """``(mask (nnz,) bool, per_row (M,) int64, t_mask (nnz,) bool)`` of the diagonal
+        entries (row id == column id), in ``A``'s and in ``A^T``'s entry order; ``None`` when
+        the matrix stores none. Computed once."""
+        if self._diag is None:
+            mask = self.row_ids() == self.indices.long()
+            if not bool(mask.any()):
+                self._diag = (None,)
+            else:
+                per_row = torch.zeros(self.shape[0], dtype=torch.long, device=mask.device)
+                per_row.index_add_(0, self.row_ids(), mask.long())
+                self._diag = (mask, per_row, mask[self.transposed()[2]])
+        return None if self._diag[0] is None else self._diag
 
     def check_unchanged(self) -> None:
         """Raise :class:`StaleStructureError` if the index tensors were modified in place."""
@@ -274,6 +289,10 @@ class CSR:
     def pool(self):
         """The output-buffer pool of this matrix's structure (CPU products)."""
         return self._s.pool()
+
+    def diagonal(self):
+        """Diagonal entries of the structure (see ``_Structure.diagonal``), or ``None``."""
+        return self._s.diagonal()
 
     def transpose_pool(self):
         """The output-buffer pool of the transposed structure (outputs of ``A^T @ Y``)."""

@@ -12,7 +12,7 @@ import torch
 
 from .controller import RSCController
 from .csr import CSR
-from .layer_state import LayerState, draw_sample, sample_product
+from .layer_state import LayerState, apply_scale, draw_sample, sample_product
 from .products import NO_SCALES, Scales, csr_mm, csr_t_mm, sddmm
 
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
@@ -63,27 +63,33 @@ class RSCSpMM(torch.autograd.Function):
 class Sampler:
     """Stateless top rows at a fixed budget fraction (no cache, no schedule).
 
-    Used when ``rsc`` is a float: each backward scores, selects and slices afresh.
+    Used when ``rsc`` is a float: each backward scores, selects and slices afresh, with the
+    default scale of :class:`~dgl_rsc.RSCConfig` (``rescale="ls"``, probe rows drawn from a
+    generator seeded with ``seed``).
     """
 
-    def __init__(
-        self, budget: float, rule: str = "cost", min_k: int = 0, backend="auto", rescale=True
-    ):
+    def __init__(self, budget: float, **options):
+        """``options``: the :class:`~dgl_rsc.RSCConfig` fields ``rule``, ``min_k``,
+        ``backend``, ``rescale``, ``diagonal``, ``probe_rows`` and ``seed``."""
         from .config import RSCConfig
 
-        RSCConfig(budget=budget, rule=rule, min_k=min_k, backend=backend, rescale=rescale)
-        self.budget, self.rule, self.min_k, self.backend = budget, rule, min_k, backend
-        self.rescale = rescale
+        options.setdefault("min_k", 0)
+        self.config = RSCConfig(budget=budget, **options)
+        self._gen = None
 
     def backward_product(self, A: CSR, dY: torch.Tensor, scales: Scales = NO_SCALES):
         """``(N, D)`` sampled ``A^T @ dY`` (with ``A``'s scales), drawn afresh."""
         from .backends import resolve
 
-        backend = resolve(self.backend, dY.device)
-        sample = draw_sample(
-            A, dY, int(self.budget * A.nnz), self.rule, self.min_k, backend, self.rescale, scales
-        )
-        return sample_product(A, sample, dY, scales)
+        cfg = self.config
+        backend = resolve(cfg.backend, dY.device)
+        sample = draw_sample(A, dY, int(cfg.budget * A.nnz), cfg.rule, cfg.min_k, backend,
+                             cfg.rescale, scales, cfg.diagonal)  # fmt: skip
+        out = sample_product(A, sample, dY, scales)
+        if self._gen is None or self._gen.device != dY.device:
+            self._gen = torch.Generator(device=dY.device).manual_seed(cfg.seed)
+        return apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, self._gen,
+                           cfg.diagonal)  # fmt: skip
 
 
 def check_dense(X, n_rows: int, device: torch.device, name: str = "X") -> None:

@@ -56,9 +56,13 @@ def test_integer_floats_are_normalised():
     assert isinstance(cfg.cache_interval, int) and isinstance(cfg.budget, float)
 
 
-def test_rescale_must_be_a_bool():
-    assert RSCConfig().rescale is True and RSCConfig(rescale=False).rescale is False
-    with pytest.raises(ConfigError, match="RSCConfig.rescale must be true or false"):
+def test_rescale_modes_and_the_older_boolean_form():
+    assert RSCConfig().rescale == "ls" and RSCConfig().diagonal == "sample"
+    assert RSCConfig(rescale=False).rescale == "none" and RSCConfig(rescale=True).rescale == "ls"
+    assert RSCConfig(rescale="mass").rescale == "mass"
+    with pytest.raises(ConfigError, match="RSCConfig.rescale='yes' is not one of ls, mass"):
         RSCConfig(rescale="yes")
-    with pytest.raises(ConfigError, match="rescale must be true or false"):
-        RSCConfig.from_dict({"rescale": 1})
+    with pytest.raises(ConfigError, match="Did you mean 'exact'"):
+        RSCConfig(diagonal="exakt")
+    with pytest.raises(ConfigError, match="probe_rows"):
+        RSCConfig(probe_rows=0)

@@ -222,7 +222,7 @@ def test_rescale_matches_the_exact_scale_and_only_scales(weighted):
     grads = {}
     for rescale in (False, True):
         X = torch.randn(3000, 16, requires_grad=True)
-        spmm_matrix(A, X, rsc=Sampler(0.1, "cost", rescale=rescale)).backward(G)
+        spmm_matrix(A, X, rsc=Sampler(0.1, rule="cost", rescale=rescale)).backward(G)
         grads[rescale] = X.grad
     plain, scaled = grads[False], grads[True]
     ratio = scaled.norm() / plain.norm()

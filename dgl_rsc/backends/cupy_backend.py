@@ -249,7 +249,7 @@ def _values_view(values):
     return values.contiguous(), _COPY_T[values.element_size()]
 
 
-def slice_transposed(t_indptr, t_rows, t_values, row_mask):
+def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):
     """CSR of ``A[S, :]^T`` (shape ``(N, M)``) from ``A^T``'s CSR and the kept-row mask.
 
     Entries of ``A^T`` whose row id ``t_rows[e]`` is not kept are dropped, order preserved.
@@ -261,6 +261,7 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask):
         t_rows: ``(nnz,)`` column ids of ``A^T`` (row ids of ``A``), same dtype.
         t_values: ``(nnz,)`` values of ``A^T`` (any dtype of 2, 4 or 8 bytes) or ``None``.
         row_mask: ``(M,)`` bool, the kept rows ``S`` of ``A``.
+        entry_keep: ``(nnz,)`` bool entries kept whatever the row mask says, or ``None``.
 
     Returns:
         ``(indptr (N+1,), indices (nnz_S,), values (nnz_S,) or None)``, in the input dtypes.
@@ -273,6 +274,9 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask):
         if t_values.numel() != t_rows.numel():
             raise ValueError("t_values must have one entry per entry of t_rows.")
     t_indptr, t_rows, row_mask = t_indptr.contiguous(), t_rows.contiguous(), row_mask.contiguous()
+    if entry_keep is not None:
+        _check("entry_keep", entry_keep, (torch.bool,))
+        entry_keep = entry_keep.contiguous()
     t_values, vt = _values_view(t_values)
     it = _INDEX[t_indptr.dtype]
     nnz, n1, device = t_rows.numel(), t_indptr.numel(), t_rows.device
@@ -287,7 +291,8 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask):
     with _Launcher(device) as launch:
         bm, wx = launch.ptr(bitmap), launch.ptr(word_excl)
         launch(f"rsc_keep_bitmap<{it}>", warps_grid, 256, launch.ptr(t_rows), _i64(nnz),
-               launch.ptr(row_mask), bm, wx, launch.ptr(chunk_cnt), _i64(nchunks))  # fmt: skip
+               launch.ptr(row_mask), launch.ptr(entry_keep), bm, wx, launch.ptr(chunk_cnt),
+               _i64(nchunks))  # fmt: skip
         chunk_incl = torch.cumsum(chunk_cnt, 0)
         total = int(chunk_incl[-1])  # host sync: sizes the output
         out_rows = torch.empty(total, dtype=t_rows.dtype, device=device)

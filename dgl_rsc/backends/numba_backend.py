@@ -75,10 +75,10 @@ def _select_mask_kernel(order, ranks_lt, mask):
 
 
 @cuda.jit
-def _keep_kernel(t_rows, row_mask, keep):
+def _keep_kernel(t_rows, row_mask, entry_keep, has_entry, keep):
     e = cuda.grid(1)
     if e < t_rows.shape[0]:
-        keep[e] = 1 if row_mask[t_rows[e]] else 0
+        keep[e] = 1 if row_mask[t_rows[e]] or (has_entry and entry_keep[e]) else 0
 
 
 @cuda.jit
@@ -229,7 +229,7 @@ def select_rows(
     return mask, k
 
 
-def slice_transposed(t_indptr, t_rows, t_values, row_mask):
+def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):
     """CSR of ``A[S, :]^T`` (shape ``(N, M)``) from ``A^T``'s CSR and the kept-row mask.
 
     Args:
@@ -237,6 +237,7 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask):
         t_rows: ``(nnz,)`` column ids of ``A^T`` (row ids of ``A``), same dtype.
         t_values: ``(nnz,)`` values of ``A^T`` or ``None``.
         row_mask: ``(M,)`` bool, the kept rows ``S`` of ``A``.
+        entry_keep: ``(nnz,)`` bool entries kept whatever the row mask says, or ``None``.
 
     Returns:
         ``(indptr (N+1,), indices (nnz_S,), values (nnz_S,) or None)``. One host sync (size).
@@ -251,7 +252,11 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask):
         return torch.zeros_like(t_indptr), t_rows[:0], None if t_values is None else t_values[:0]
     t_rows, row_mask = t_rows.contiguous(), row_mask.contiguous()
     keep = torch.empty(nnz, dtype=torch.uint8, device=device)
-    _launch(_keep_kernel, nnz, device, _arr(t_rows), _arr(row_mask), _arr(keep))
+    if entry_keep is not None:
+        _check("entry_keep", entry_keep, (torch.bool,))
+    ek = _arr(entry_keep.contiguous() if entry_keep is not None else row_mask)
+    _launch(_keep_kernel, nnz, device, _arr(t_rows), _arr(row_mask), ek,
+            entry_keep is not None, _arr(keep))  # fmt: skip
     pos = torch.zeros(nnz + 1, dtype=torch.int64, device=device)
     torch.cumsum(keep, 0, out=pos[1:])
     total = int(pos[-1])  # host sync: sizes the output

@@ -102,23 +102,27 @@ def slice_rows(indptr, indices, values, rows):
     return new_indptr.to(indptr.dtype), indices[src], out_vals
 
 
-def slice_transposed(t_indptr, t_rows, t_values, row_mask):
+def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):
     """CSR of ``A[S, :]^T`` (shape ``(N, M)``) from ``A^T``'s CSR and the kept-row mask.
 
     Entries of ``A^T`` whose row id (``t_rows``, a column of ``A^T``) is not in ``S`` are
-    dropped; column ids stay the original row ids, so the product can read ``dY`` in place
-    without gathering ``dY[S]``.
+    dropped, unless ``entry_keep`` keeps them (RSC applies a self-loop diagonal exactly by
+    keeping its entries whatever rows are sampled); column ids stay the original row ids, so
+    the product can read ``dY`` in place without gathering ``dY[S]``.
 
     Args:
         t_indptr: ``(N+1,)`` row pointers of ``A^T``.
         t_rows: ``(nnz,)`` column ids of ``A^T`` (row ids of ``A``).
         t_values: ``(nnz,)`` values of ``A^T`` or ``None``.
         row_mask: ``(M,)`` bool, the kept rows ``S`` of ``A``.
+        entry_keep: ``(nnz,)`` bool entries of ``A^T`` kept in any case, or ``None``.
 
     Returns:
         ``(indptr (N+1,), indices (nnz_S,), values (nnz_S,) or None)``.
     """
     keep = row_mask[t_rows.long()]
+    if entry_keep is not None:
+        keep = keep | entry_keep
     csum = torch.zeros(keep.numel() + 1, dtype=torch.long, device=keep.device)
     torch.cumsum(keep, 0, out=csum[1:])
     new_indptr = csum[t_indptr.long()].to(t_indptr.dtype)

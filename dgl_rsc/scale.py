@@ -1,0 +1,106 @@
+"""The scale of the sampled product: a least-squares factor estimated from a few dropped rows.
+
+The exact gradient is ``G = G_S + G_D``: the kept rows' product plus the dropped rows'. Among
+the estimates ``c * G_S``, the one closest to ``G`` has
+
+    c* = <G_S, G> / ||G_S||^2 = 1 + <G_S, G_D> / ||G_S||^2.
+
+When the dropped rows' contributions point in independent directions, ``<G_S, G_D> ~ 0`` and
+the best factor is 1 (scaling up only adds error); when the gradient's rows are coherent, as
+in training, ``G_D`` points along ``G_S`` and the factor restores the lost part. The cross term
+is a sum over dropped rows ``i`` of ``<G_S, g_i>`` with ``g_i = Â[i]^T dY[i]``; drawing a few
+dropped rows with probability proportional to their score ``s_i = ||Â[i]|| ||dY[i]||`` (which
+bounds ``|<G_S, g_i>| <= ||G_S|| s_i``) gives an unbiased, low-variance estimate at the cost of
+gathering ``G_S`` on those rows' columns. The factor uses a lower confidence bound of the
+cross term (its estimate minus two standard errors) and is clipped to ``[1, mass]`` with ``mass``
+the total over kept score mass. The error of ``c * G_S`` falls from ``c = 1`` to ``c = c*``, so a
+factor between 1 and ``c*`` is never worse than the unscaled estimator: where the cross term is
+not clearly positive (independent rows) the factor is exactly 1.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .csr import CSR
+from .products import Scales
+
+__all__ = ["estimate_ls_scale", "cross_terms", "CONFIDENCE"]
+
+#: standard errors subtracted from the estimated cross term (a one-sided ~98% lower bound)
+CONFIDENCE = 2.0
+
+
+def cross_terms(
+    A: CSR, dY: torch.Tensor, scales: Scales, G: torch.Tensor, rows: torch.Tensor,
+    skip_diagonal: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """``(R,)`` float64 ``<G, Â[i]^T dY[i]>`` for each ``i`` in ``rows``, with
+    ``Â = diag(r) A diag(c)`` (the diagonal entry left out when ``skip_diagonal``).
+
+    Args:
+        A: ``(M, N)``; ``dY (M, D)``; ``G (N, D)``; ``rows (R,)`` int64 row ids of ``A``.
+    """
+    rows = rows.long()
+    starts = A.indptr.long()[rows]
+    lens = A.indptr.long()[rows + 1] - starts
+    seg = torch.repeat_interleave(torch.arange(rows.numel(), device=rows.device), lens)
+    offs = torch.arange(int(lens.sum()), device=rows.device)
+    offs = offs - torch.repeat_interleave(torch.cumsum(lens, 0) - lens, lens)
+    ent = starts[seg] + offs
+    cols = A.indices.long()[ent]
+    i = rows[seg]
+    w = torch.ones(ent.numel(), dtype=torch.float64, device=G.device)
+    if A.values is not None:
+        w = w * A.values.detach().double()[ent]
+    if scales.score_col() is not None:
+        w = w * scales.score_col().double()[cols]
+    r = scales.row_factor()
+    if r is not None:
+        w = w * r.double()[i]
+    if skip_diagonal:
+        w = torch.where(cols == i, torch.zeros_like(w), w)
+    dots = (G.double()[cols] * dY.double()[i]).sum(1) * w
+    out = torch.zeros(rows.numel(), dtype=torch.float64, device=G.device)
+    return out.index_add_(0, seg, dots)
+
+
+def estimate_ls_scale(
+    A: CSR,
+    dY: torch.Tensor,
+    scales: Scales,
+    G_kept: torch.Tensor,
+    scores: torch.Tensor,
+    kept: torch.Tensor,
+    probe_rows: int,
+    generator: Optional[torch.Generator] = None,
+    skip_diagonal: bool = False,
+) -> torch.Tensor:
+    """0-dim float32 estimate of ``c*`` (see the module docstring), clipped to ``[1, mass]``.
+
+    Args:
+        G_kept: ``(N, D)`` the sampled product of the kept rows (without an exactly applied
+            diagonal: the factor scales the sampled part only).
+        scores: ``(M,)`` the rows' scores ``s_i``; ``kept``: ``(M,)`` bool, the kept rows.
+        probe_rows: how many dropped rows to draw (with replacement, ``p_i ~ s_i``).
+    """
+    s = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0)
+    total, kept_mass = s.sum(), s[kept].sum()
+    one = torch.ones((), dtype=torch.float32, device=s.device)
+    if float(kept_mass) <= 0:
+        return one
+    mass = total / kept_mass
+    dropped = torch.nonzero(~kept & (s > 0)).squeeze(1)
+    g2 = float(G_kept.double().square().sum())
+    if dropped.numel() == 0 or probe_rows <= 0 or g2 <= 0:
+        return one
+    p = s[dropped].double()
+    p = p / p.sum()
+    pick = torch.multinomial(p, probe_rows, replacement=True, generator=generator)
+    cross = cross_terms(A, dY, scales, G_kept, dropped[pick], skip_diagonal) / p[pick]
+    se = float(cross.std()) / probe_rows**0.5 if probe_rows > 1 else float("inf")
+    lower = float(cross.mean()) - CONFIDENCE * se
+    c = 1.0 + max(lower, 0.0) / g2
+    return torch.clamp(torch.tensor(c, dtype=torch.float32, device=s.device), 1.0, float(mass))
