@@ -1,0 +1,337 @@
+"""Node partitions of a graph for partition-parallel training: who owns which node.
+
+A partition is a ``(N,)`` int64 vector ``part`` with ``part[v]`` in ``[0, P)``: rank
+``part[v]`` owns node ``v``, its feature row and its in-edges (messages flow ``src -> dst``,
+so a rank aggregates into the rows it owns). :func:`partition_nodes` computes one with a
+method of :data:`PARTITIONERS`, :func:`partition_quality` measures it, and
+:func:`load_or_partition` keeps both in an on-disk cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import numbers
+import os
+import re
+import zipfile
+from typing import Callable, Optional, Union
+
+import numpy as np
+import torch
+
+from .. import _deps
+from ..launcher.checkpoint import atomic_write, atomic_write_text
+
+__all__ = ["PARTITIONERS", "partition_nodes", "partition_quality", "load_or_partition"]
+
+log = logging.getLogger(__name__)
+
+
+def _edges(src, dst, num_nodes) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Validated ``(src, dst, N)``: 1-D int64 CPU tensors of equal length, ids in ``[0, N)``."""
+    src, dst = torch.as_tensor(src), torch.as_tensor(dst)
+    for name, t in (("src", src), ("dst", dst)):
+        if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor, got {t.dtype} {tuple(t.shape)}."
+            )
+    if src.numel() != dst.numel():
+        raise ValueError(f"src has {src.numel()} edges but dst has {dst.numel()}; pass pairs.")
+    n = int(num_nodes)
+    if n < 1:
+        raise ValueError(f"num_nodes={num_nodes} must be at least 1.")
+    src, dst = src.to("cpu", torch.int64), dst.to("cpu", torch.int64)
+    if src.numel() and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise ValueError(f"node ids must lie in [0, num_nodes={n}); raise num_nodes or fix ids.")
+    return src, dst, n
+
+
+def _part_vector(part, n: int, parts: Optional[int] = None) -> tuple[torch.Tensor, int]:
+    """Validated ``(part, P)``: ``(N,)`` int64 with values in ``[0, P)``."""
+    part = torch.as_tensor(part)
+    if part.shape != (n,) or part.is_floating_point() or part.dtype == torch.bool:
+        raise ValueError(
+            f"part must be an (N,) = ({n},) integer tensor, got {part.dtype} "
+            f"{tuple(part.shape)}; compute it with partition_nodes."
+        )
+    part = part.to("cpu", torch.int64)
+    p = int(part.max()) + 1 if parts is None else int(parts)
+    if int(part.min()) < 0 or int(part.max()) >= p:
+        raise ValueError(f"part ids must lie in [0, parts={p}); got [{part.min()}, {part.max()}].")
+    return part, p
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _check_args(n: int, parts, method, seed) -> None:
+    if method not in PARTITIONERS:
+        near = difflib.get_close_matches(str(method), PARTITIONERS, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise ValueError(f"unknown method={method!r}.{hint} Known: {', '.join(PARTITIONERS)}.")
+    if not _is_int(parts) or not 1 <= parts <= n:
+        raise ValueError(
+            f"parts={parts!r} must be an integer in [1, num_nodes={n}] (every "
+            "part must own at least one node)."
+        )
+    if not _is_int(seed) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a non-negative integer.")
+
+
+def _symmetric_csr(src, dst, n) -> tuple[np.ndarray, np.ndarray]:
+    """``(xadj (N+1,), adjncy (E',))`` int64 of the symmetrized graph, no loops, no repeats."""
+    from ..data.graphdata import clean_edges
+
+    s, d = clean_edges(src, dst, n, symmetrize=True)  # sorted by d, then s
+    xadj = torch.zeros(n + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(d, minlength=n), 0, out=xadj[1:])
+    return xadj.numpy(), s.numpy()
+
+
+def _metis(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
+    pymetis, reason = _deps._probe("pymetis")
+    if pymetis is None:
+        raise ImportError(
+            f"method='metis' needs pymetis ({reason}): `pip install pymetis`, "
+            "or use method='random' or 'contiguous'."
+        )
+    xadj, adjncy = _symmetric_csr(src, dst, n)
+    options = pymetis.Options(seed=int(seed))  # METIS is deterministic for a given seed
+    result = pymetis.part_graph(
+        parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), options=options
+    )
+    return torch.as_tensor(np.asarray(result.vertex_part, dtype=np.int64))
+
+
+def _metis_dgl(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
+    dgl = _deps.require_dgl()
+    from ..data.graphdata import clean_edges
+
+    s, d = clean_edges(src, dst, n, symmetrize=True)
+    # DGL's wrapper takes no seed: METIS' default seed is used whatever ``seed`` says
+    return dgl.metis_partition_assignment(dgl.graph((s, d), num_nodes=n), parts).long()
+
+
+def _random(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    part = torch.empty(n, dtype=torch.int64)
+    part[perm] = torch.arange(n) * parts // n  # part sizes differ by at most one
+    return part
+
+
+def _contiguous(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
+    return torch.arange(n) * parts // n
+
+
+#: ``method -> fn(src, dst, N, parts, seed) -> (N,) int64`` (arguments already validated).
+PARTITIONERS: dict[str, Callable[..., torch.Tensor]] = {
+    "metis": _metis,  # pymetis on the symmetrized graph, seeded
+    "metis-dgl": _metis_dgl,  # DGL's METIS (needs DGL; no seed: calls may differ)
+    "random": _random,  # a seeded random permutation cut into equal parts
+    "contiguous": _contiguous,  # node id ranges of equal size
+}
+
+
+def partition_nodes(
+    src, dst, num_nodes: int, parts: int, method: str = "metis", seed: int = 0
+) -> torch.Tensor:
+    """Assign each node to one of ``parts`` parts.
+
+    Args:
+        src, dst: ``(E,)`` integer edge list (``src -> dst``); direction, repeats and
+            self-loops do not matter to METIS, which sees the symmetrized simple graph.
+        num_nodes: ``N``.
+        parts: ``P``, in ``[1, N]``.
+        method: a key of :data:`PARTITIONERS`.
+        seed: seed of ``random`` and of METIS (the same seed gives the same partition).
+
+    Returns:
+        ``(N,)`` int64 CPU tensor of part ids in ``[0, P)``; every part is non-empty.
+
+    Raises:
+        ValueError: bad arguments, unknown method (with the nearest one), or an empty part.
+        ImportError: ``metis`` without pymetis, ``metis-dgl`` without DGL.
+
+    Example:
+        >>> src, dst = torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])
+        >>> partition_nodes(src, dst, 5, 2, method="contiguous").tolist()
+        [0, 0, 0, 1, 1]
+    """
+    src, dst, n = _edges(src, dst, num_nodes)
+    _check_args(n, parts, method, seed)
+    part = PARTITIONERS[method](src, dst, n, int(parts), int(seed)).to(torch.int64)
+    sizes = torch.bincount(part, minlength=int(parts))
+    if part.shape != (n,) or sizes.numel() != parts:
+        raise RuntimeError(f"method {method!r} returned a malformed partition {tuple(part.shape)}.")
+    if bool((sizes == 0).any()):
+        empty = torch.nonzero(sizes == 0).flatten().tolist()
+        raise ValueError(
+            f"method={method!r} left part(s) {empty} of {parts} empty (this happens "
+            "on tiny or disconnected graphs); use fewer parts or method='random'."
+        )
+    return part
+
+
+def partition_quality(src, dst, num_nodes: int, part, parts: Optional[int] = None) -> dict:
+    """Size, balance and edge cut of a partition, as plain Python numbers (JSON-ready).
+
+    Rank ``r`` owns the nodes with ``part == r`` and their in-edges. A node is *marginal*
+    when at least one of its in-neighbours lives on another part, *central* otherwise; the
+    *halo* of ``r`` is the set of distinct remote in-neighbours of its nodes.
+
+    Args:
+        src, dst: ``(E,)`` edge list, counted as given (repeats count).
+        num_nodes: ``N``.
+        part: ``(N,)`` part ids.
+        parts: ``P``; default ``part.max() + 1``.
+
+    Returns:
+        ``{"parts", "num_nodes", "num_edges", "nodes", "edges", "halo_nodes", "marginal",
+        "central"`` (lists of length ``P``), ``"edge_cut"`` (edges across parts),
+        ``"edge_cut_fraction"``, ``"node_balance"``, ``"edge_balance"`` (max / mean; 1.0 for
+        a graph without edges)``}``.
+
+    Example:
+        >>> q = partition_quality(torch.tensor([0, 1]), torch.tensor([1, 2]), 3,
+        ...                       torch.tensor([0, 0, 1]))
+        >>> q["edges"], q["edge_cut"], q["halo_nodes"], q["marginal"], q["central"]
+        ([1, 1], 1, [0, 1], [0, 1], [2, 0])
+    """
+    src, dst, n = _edges(src, dst, num_nodes)
+    part, p = _part_vector(part, n, parts)
+    cut = part[src] != part[dst]
+    nodes = torch.bincount(part, minlength=p)
+    edges = torch.bincount(part[dst], minlength=p)
+    halo = torch.unique(part[dst[cut]] * n + src[cut])
+    halo_nodes = torch.bincount(torch.div(halo, n, rounding_mode="floor"), minlength=p)
+    marginal = torch.bincount(part[torch.unique(dst[cut])], minlength=p)
+    n_cut, e = int(cut.sum()), int(src.numel())
+    return {
+        "parts": p,
+        "num_nodes": n,
+        "num_edges": e,
+        "nodes": nodes.tolist(),
+        "edges": edges.tolist(),
+        "edge_cut": n_cut,
+        "edge_cut_fraction": n_cut / e if e else 0.0,
+        "halo_nodes": halo_nodes.tolist(),
+        "marginal": marginal.tolist(),
+        "central": (nodes - marginal).tolist(),
+        "node_balance": float(nodes.max()) / (n / p),
+        "edge_balance": float(edges.max()) / (e / p) if e else 1.0,
+    }
+
+
+# ---- the disk cache -----------------------------------------------------------------------
+
+_FORMAT = "dgl_rsc.partition/1"  # marks a file as ours; bump it when the layout changes
+_NAME = re.compile(r"part-[a-z0-9-]+-p\d+-s\d+-[0-9a-f]{20}\.(npz|json)")
+
+
+def _cache_key(src, dst, n: int, parts: int, method: str, seed: int) -> str:
+    h = hashlib.sha256(_FORMAT.encode())
+    h.update(json.dumps([n, int(src.numel()), parts, method, seed]).encode())
+    for t in (src, dst):  # int64, contiguous: hashed in place
+        h.update(memoryview(t.contiguous().numpy()).cast("B"))
+    return h.hexdigest()
+
+
+def _read_part(path: str, key: str, n: int, parts: int) -> tuple[str, Optional[torch.Tensor]]:
+    """``("hit", part)`` or ``(why not, None)``; why not is missing/corrupt/stale/foreign."""
+    if not os.path.exists(path):
+        return "missing", None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if "format" not in z.files:
+                return "foreign", None
+            if str(z["format"]) != _FORMAT or str(z["key"]) != key or int(z["num_nodes"]) != n:
+                return "stale", None
+            part = torch.from_numpy(np.array(z["part"], dtype=np.int64))
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+        return "corrupt", None
+    ok = part.shape == (n,) and bool(((part >= 0) & (part < parts)).all())
+    return ("hit", part) if ok else ("corrupt", None)
+
+
+def _read_quality(path: str, key: str) -> tuple[str, Optional[dict]]:
+    if not os.path.exists(path):
+        return "missing", None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return "corrupt", None
+    if not isinstance(record, dict) or record.get("format") != _FORMAT:
+        return "foreign", None
+    return ("hit", record["quality"]) if record.get("key") == key else ("stale", None)
+
+
+def load_or_partition(
+    src,
+    dst,
+    num_nodes: int,
+    parts: int,
+    method: str = "metis",
+    seed: int = 0,
+    cache_dir: Union[str, os.PathLike, None] = None,
+) -> tuple[torch.Tensor, dict, Optional[str]]:
+    """:func:`partition_nodes` and :func:`partition_quality`, cached on disk.
+
+    The file ``cache_dir/part-{method}-p{parts}-s{seed}-{hash}.npz`` (numpy, loaded with
+    ``allow_pickle=False``) holds the part vector, the full SHA-256 key of (edge list, ``N``,
+    ``parts``, ``method``, ``seed``) and ``N``; the quality sits next to it as ``.json``.
+    Both are written atomically. A file of ours whose key or ``N`` does not match, or a file
+    at that name that cannot be read, is recomputed and replaced with a logged warning. A
+    readable file at that name without our format marker is not ours: it is left untouched,
+    the result is recomputed and not cached (``path`` is then ``None``).
+
+    Args:
+        src, dst, num_nodes, parts, method, seed: as in :func:`partition_nodes`.
+        cache_dir: the cache folder (created when missing); ``None`` disables the cache.
+
+    Returns:
+        ``(part (N,) int64, quality dict, path of the .npz or None)``.
+    """
+    src, dst, n = _edges(src, dst, num_nodes)
+    _check_args(n, parts, method, seed)
+    if cache_dir is None:
+        part = partition_nodes(src, dst, n, parts, method, seed)
+        return part, partition_quality(src, dst, n, part, parts), None
+    parts, seed = int(parts), int(seed)
+    key = _cache_key(src, dst, n, parts, method, seed)
+    name = f"part-{method}-p{parts}-s{seed}-{key[:20]}"
+    if not _NAME.fullmatch(name + ".npz"):  # only ever write names of our own pattern
+        raise ValueError(f"method={method!r} cannot name a cache file; use lowercase names.")
+    path = os.path.join(os.fspath(cache_dir), name + ".npz")
+    qpath = path[: -len(".npz")] + ".json"
+    status, part = _read_part(path, key, n, parts)
+    if status != "hit":
+        if status != "missing":
+            log.warning("partition cache %s is %s; recomputing it", path, status)
+        part = partition_nodes(src, dst, n, parts, method, seed)
+        if status == "foreign":
+            log.warning("%s is not a dgl_rsc partition file; left untouched, not cached", path)
+            return part, partition_quality(src, dst, n, part, parts), None
+        arrays = {
+            "part": part.numpy(),
+            "key": np.array(key),
+            "num_nodes": np.array(n),
+            "format": np.array(_FORMAT),
+        }
+        atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+    status, quality = _read_quality(qpath, key)
+    if status == "hit":
+        return part, quality, path
+    quality = partition_quality(src, dst, n, part, parts)
+    if status == "foreign":
+        log.warning("%s is not a dgl_rsc partition file; left untouched, not cached", qpath)
+    else:
+        if status != "missing":
+            log.warning("partition quality %s is %s; rewriting it", qpath, status)
+        record = {"format": _FORMAT, "key": key, "quality": quality}
+        atomic_write_text(qpath, json.dumps(record, indent=1))
+    return part, quality, path
