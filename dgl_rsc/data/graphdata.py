@@ -3,11 +3,16 @@ loaders share.
 
 The container is DGL-free: plain tensors plus a few strings. ``to_dgl()`` builds a
 ``DGLGraph`` on demand (DGL is imported there and only there, through :mod:`dgl_rsc._deps`).
+Every loader's result passes the same checks (:meth:`GraphData.__post_init__`), so a graph
+that cannot train correctly is refused with the reason before any training starts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import logging
 from typing import Union
 
 import torch
@@ -19,6 +24,7 @@ __all__ = ["GraphData", "clean_edges", "TASKS", "METRICS"]
 TASKS = ("multiclass", "multilabel", "binary")
 METRICS = ("accuracy", "rocauc", "f1_micro")
 _MASKS = ("train_mask", "val_mask", "test_mask")
+log = logging.getLogger(__name__)
 
 
 def clean_edges(
@@ -81,9 +87,16 @@ class GraphData:
             tasks (``multilabel``).
         name: the dataset's name.
 
+    Besides dtypes and shapes, construction checks the values (``ValueError`` naming the
+    problem): at least one node; edge ids in ``[0, N)``; at least one feature column and
+    only finite features; class ids in ``[0, num_classes)`` (multilabel: 0/1 targets) and
+    at least two classes among the labelled nodes; non-empty, disjoint masks; ROC-AUC only
+    for binary or multilabel tasks, with both classes in every mask of a binary task.
+    Features that are all zero are logged as a warning.
+
     Example:
         >>> n = 3
-        >>> d = GraphData(torch.tensor([0, 1]), torch.tensor([1, 0]), n, torch.zeros(n, 2),
+        >>> d = GraphData(torch.tensor([0, 1]), torch.tensor([1, 0]), n, torch.ones(n, 2),
         ...               torch.tensor([0, 1, 1]), torch.tensor([True, False, False]),
         ...               torch.tensor([False, True, False]), torch.tensor([False, False, True]),
         ...               "multiclass", "accuracy", 2, "toy")
@@ -132,6 +145,75 @@ class GraphData:
             t = getattr(self, attr)
             if tuple(t.shape) != (n,) or t.dtype != torch.bool:
                 raise ValueError(f"{attr} must be bool ({n},), got {t.dtype} {_shape(t)}.")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """The value checks listed in the class docstring."""
+        n, where = self.num_nodes, f"dataset {self.name!r}"
+        if n < 1:
+            raise ValueError(f"{where} has no nodes; a graph needs at least one node.")
+        for attr in ("src", "dst"):
+            t = getattr(self, attr)
+            if t.numel() and (int(t.min()) < 0 or int(t.max()) >= n):
+                raise ValueError(f"{where}: {attr} holds node ids outside [0, {n}) "
+                                 f"(min {int(t.min())}, max {int(t.max())}).")  # fmt: skip
+        _check_features(self.feat, where)
+        masks = {a: getattr(self, a) for a in _MASKS}
+        for attr, m in masks.items():
+            if not bool(m.any()):
+                raise ValueError(f"{where}: {attr} selects no node; training, model selection "
+                                 "and the test metric each need at least one node.")  # fmt: skip
+        for i, a in enumerate(_MASKS):
+            for b in _MASKS[i + 1 :]:
+                both = int((masks[a] & masks[b]).sum())
+                if both:
+                    raise ValueError(f"{where}: {both} nodes are in both {a} and {b}; the "
+                                     "splits must be disjoint.")  # fmt: skip
+        self._check_labels(masks, where)
+
+    def _check_labels(self, masks: dict, where: str) -> None:
+        c, label = self.num_classes, self.label
+        if self.task == "multilabel":
+            if not bool(((label == 0) | (label == 1)).all()):
+                raise ValueError(f"{where}: multilabel targets must be 0 or 1.")
+            return
+        if self.metric == "rocauc" and self.task != "binary":
+            raise ValueError(f"{where}: metric 'rocauc' needs a binary or multilabel task; "
+                             f"this one has {c} classes: use 'accuracy'.")  # fmt: skip
+        bad = (label < 0) | (label >= c)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ValueError(f"{where}: label {int(label[i])} of node {i} is not a class id "
+                             f"in [0, {c}); labels must be class ids 0..{c - 1}.")  # fmt: skip
+        labelled = masks["train_mask"] | masks["val_mask"] | masks["test_mask"]
+        present = torch.unique(label[labelled])
+        if present.numel() < 2:
+            raise ValueError(f"{where}: every labelled node has class {present.tolist()}; a "
+                             "classifier needs at least two classes to learn.")  # fmt: skip
+        for attr, m in masks.items() if self.metric == "rocauc" else ():
+            if torch.unique(label[m]).numel() < 2:
+                raise ValueError(f"{where}: {attr} holds one class only, so its ROC-AUC is "
+                                 "undefined; every split needs both classes.")  # fmt: skip
+
+    def fingerprint(self) -> str:
+        """sha256 (hex) of the tensors and settings: the same data give the same hash
+        (checkpoints store it, so that a resume on changed data is refused).
+
+        >>> d = GraphData(torch.tensor([0, 1]), torch.tensor([1, 0]), 3, torch.ones(3, 2),
+        ...               torch.tensor([0, 1, 1]), torch.tensor([True, False, False]),
+        ...               torch.tensor([False, True, False]), torch.tensor([False, False, True]),
+        ...               "multiclass", "accuracy", 2, "toy")
+        >>> len(d.fingerprint()), d.fingerprint() == d.to("cpu").fingerprint()
+        (64, True)
+        """
+        h = hashlib.sha256()
+        meta = [self.num_nodes, self.num_classes, self.task, self.metric]
+        h.update(json.dumps(meta).encode("utf-8"))
+        for t in (self.src, self.dst, self.feat, self.label, *(getattr(self, a) for a in _MASKS)):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().data if t.numel() else b"")
+        return h.hexdigest()
 
     @property
     def num_edges(self) -> int:
@@ -199,3 +281,23 @@ class GraphData:
 
 def _shape(t: torch.Tensor) -> tuple:
     return tuple(t.shape)
+
+
+def _check_features(feat: torch.Tensor, where: str) -> None:
+    """At least one column, finite values; all-zero features are worth a warning."""
+    if feat.shape[1] == 0:
+        raise ValueError(f"{where}: feat has no columns (shape {_shape(feat)}); give each "
+                         "node at least one feature (a constant 1 will do).")  # fmt: skip
+    bad = ~torch.isfinite(feat)
+    if bool(bad.any()):
+        node, col = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"{where}: feat holds {int(bad.sum())} NaN or infinite values (the first at node "
+            f"{node}, column {col}); clean them (e.g. numpy.nan_to_num) before training."
+        )
+    zero = ~(feat != 0).any(0)
+    if bool(zero.all()):
+        log.warning("%s: every feature is 0, so the model sees nothing of the nodes", where)
+    elif bool(zero.any()):
+        log.info("%s: %d of %d feature columns are all zero", where, int(zero.sum()),
+                 feat.shape[1])  # fmt: skip

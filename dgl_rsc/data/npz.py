@@ -5,11 +5,19 @@ Arrays: ``src``, ``dst`` (int edge list, possibly one direction per undirected e
 duplicates), ``feat (N, F)``, ``label (N,)`` int class ids, ``train_mask``, ``val_mask``,
 ``test_mask (N,)`` bool; optionally ``train_masks``, ``val_masks``, ``test_masks (S, N)``
 holding ``S`` alternative splits.
+
+The file is read with ``allow_pickle=False``: an array stored as pickled Python objects is
+refused, and none of its code runs. Integer arrays may be stored as floats when every value
+is a whole number (``3.0``); ``1.5`` as a class or node id is an error, as is a mask value
+other than 0/1, a NaN or infinite feature, or more classes than nodes.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Optional, Union
 
@@ -19,6 +27,8 @@ import torch
 from .graphdata import GraphData, clean_edges
 
 __all__ = ["load_npz", "NPZ_ARRAYS"]
+
+log = logging.getLogger(__name__)
 
 NPZ_ARRAYS = ("src", "dst", "feat", "label", "train_mask", "val_mask", "test_mask")
 _FORMAT = (
@@ -60,30 +70,33 @@ def load_npz(
 
     Raises:
         FileNotFoundError: no such file (the message names the path and the format).
-        ValueError: an array is missing or malformed, or ``split`` is out of range.
+        ValueError: the file is not a readable npz (damaged, truncated, pickled objects),
+            an array is missing or malformed, the values cannot train (see
+            :class:`GraphData`), or ``split`` is out of range.
     """
     file = _resolve(path, root)
     if not file.is_file():
         raise FileNotFoundError(f"no dataset file at {file}; expected {_FORMAT}.")
-    with np.load(file) as z:
-        arrays = {k: z[k] for k in z.files}
+    arrays = _read(file)
     missing = [k for k in NPZ_ARRAYS if k not in arrays]
     if missing:
         raise ValueError(
             f"{file} lacks the array(s) {', '.join(missing)}; found "
             f"{', '.join(sorted(arrays))}; expected {_FORMAT}."
         )
-    feat = torch.from_numpy(np.ascontiguousarray(arrays["feat"], dtype=np.float32))
+    if arrays["feat"].dtype.kind not in "biuf":
+        raise ValueError(f"{file}: feat must hold numbers, got dtype {arrays['feat'].dtype}.")
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range: caught as infinite
+        feat = torch.from_numpy(np.ascontiguousarray(arrays["feat"], dtype=np.float32))
     if feat.dim() != 2:
         raise ValueError(f"{file}: feat must be (N, F), got shape {tuple(feat.shape)}.")
-    if normalize_features:
+    n = feat.shape[0]
+    if normalize_features and bool(torch.isfinite(feat).all()):
         total = feat.sum(1, keepdim=True)
         feat = feat / torch.where(total == 0, torch.ones_like(total), total)
-    n = feat.shape[0]
-    label = torch.from_numpy(np.asarray(arrays["label"]).astype(np.int64)).reshape(-1)
+    label = _integers(arrays["label"], "label", file)
     masks = _masks(arrays, split, n, file)
-    src = torch.from_numpy(np.asarray(arrays["src"]).astype(np.int64)).reshape(-1)
-    dst = torch.from_numpy(np.asarray(arrays["dst"]).astype(np.int64)).reshape(-1)
+    src, dst = _integers(arrays["src"], "src", file), _integers(arrays["dst"], "dst", file)
     if src.numel() and int(torch.minimum(src.min(), dst.min())) < 0:
         raise ValueError(f"{file}: negative node ids in src/dst.")
     if src.numel() and int(torch.maximum(src.max(), dst.max())) >= n:
@@ -92,7 +105,7 @@ def load_npz(
             f"but feat has only N={n} rows."
         )
     src, dst = clean_edges(src, dst, n, symmetrize=True)
-    num_classes = int(label.max()) + 1 if label.numel() else 0
+    num_classes = _num_classes(label, n, file)
     binary = num_classes == 2
     if metric is None:
         metric = "rocauc" if binary else "accuracy"
@@ -111,6 +124,58 @@ def load_npz(
         name=file.stem,
     )
     return data.to(device)
+
+
+def _read(file: Path) -> dict:
+    """Every array of the npz ``file`` (no pickles); a damaged file is a ``ValueError``."""
+    try:
+        archive = np.load(file, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise ValueError("it holds a single array (.npy), not named arrays")
+        with archive:
+            return {k: archive[k] for k in archive.files}
+    except (ValueError, OSError, EOFError, zlib.error, zipfile.BadZipFile) as exc:
+        raise ValueError(
+            f"{file} cannot be read as an npz archive ({type(exc).__name__}: {exc}); it is "
+            f"damaged, truncated or of another format: re-create it as {_FORMAT}."
+        ) from None
+
+
+def _integers(arr: np.ndarray, name: str, file: Path) -> torch.Tensor:
+    """``arr`` as a 1-D int64 tensor; whole-number floats are accepted, others refused."""
+    arr = np.asarray(arr).reshape(-1)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{file}: {name} must hold integers, but entry {i} is {arr[i]!r}; "
+                             f"store whole numbers (ids, class ids) in {name}.")  # fmt: skip
+    elif arr.dtype.kind not in "biu":
+        raise ValueError(f"{file}: {name} must hold integers, got dtype {arr.dtype}.")
+    if arr.size and (arr.max() > np.iinfo(np.int64).max or arr.min() < np.iinfo(np.int64).min):
+        raise ValueError(f"{file}: {name} holds values beyond the int64 range.")
+    return torch.from_numpy(arr.astype(np.int64))
+
+
+def _num_classes(label: torch.Tensor, n: int, file: Path) -> int:
+    """``max(label) + 1``, refusing more classes than nodes (ids far from 0..C-1)."""
+    if not label.numel():
+        return 0
+    if int(label.min()) < 0:
+        i = int((label < 0).nonzero()[0, 0])
+        raise ValueError(f"{file}: label {int(label[i])} of node {i} is negative; labels "
+                         "must be class ids 0..C-1.")  # fmt: skip
+    classes = int(label.max()) + 1
+    if classes > n:
+        raise ValueError(
+            f"{file}: the largest label is {classes - 1} but there are only {n} nodes, so the "
+            f"labels are not class ids 0..C-1; renumber them (numpy.unique(label, "
+            "return_inverse=True) gives such ids)."
+        )
+    unused = classes - int(torch.unique(label).numel())
+    if unused:
+        log.warning("%s: %d of the class ids 0..%d have no node", file, unused, classes - 1)
+    return classes
 
 
 def _resolve(path, root) -> Path:
@@ -137,8 +202,11 @@ def _masks(arrays: dict, split: int, n: int, file: Path) -> list:
         picked = [arrays[f"{s}_mask"] for s in ("train", "val", "test")]
     out = []
     for name, m in zip(("train", "val", "test"), picked):
-        m = torch.from_numpy(np.asarray(m).astype(bool)).reshape(-1)
-        if m.numel() != n:
-            raise ValueError(f"{file}: the {name} mask has {m.numel()} entries, N={n}.")
-        out.append(m)
+        m = np.asarray(m).reshape(-1)
+        if m.dtype != bool and not (m.dtype.kind in "biuf" and np.isin(m, (0, 1)).all()):
+            raise ValueError(f"{file}: the {name} mask must hold booleans (or 0/1), got "
+                             f"{m.dtype} values such as {m[~np.isin(m, (0, 1))][:3]}.")  # fmt: skip
+        if m.size != n:
+            raise ValueError(f"{file}: the {name} mask has {m.size} entries, N={n}.")
+        out.append(torch.from_numpy(m.astype(bool)))
     return out

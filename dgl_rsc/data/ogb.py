@@ -6,6 +6,12 @@ first and a ``FileNotFoundError`` says which ones to put where. The on-disk layo
 ``<root>/<name with '-' -> '_'>/`` holding ``RELEASE_v<version>.txt``, ``raw/*.csv.gz`` (or an
 already processed ``processed/dgl_data_processed``) and ``split/<scheme>/{train,valid,test}
 .csv.gz``, which is what unzipping OGB's archive and renaming its folder gives.
+
+The split is read here, never by OGB: OGB's ``get_idx_split`` unpickles ``split_dict.pt``
+with ``torch.load`` (no ``weights_only``), so a crafted file there would run code. The CSVs
+are read when present; otherwise ``split_dict.pt`` is loaded with ``weights_only=True`` and
+refused when it holds anything but tensors (nothing of it runs). OGB's other files are CSVs
+and DGL's binary graph format, which hold no Python objects.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ import torch
 from .. import _deps
 from .graphdata import GraphData, clean_edges
 
-__all__ = ["OGB_DATASETS", "load_ogb", "ogb_files", "evaluate"]
+__all__ = ["OGB_DATASETS", "load_ogb", "ogb_files", "read_split", "evaluate"]
 
 logger = logging.getLogger(__name__)
 
 OGB_DATASETS = ("ogbn-arxiv", "ogbn-products", "ogbn-proteins")
+_SPLITS = ("train", "valid", "test")
 
 
 def _nodeproppred():
@@ -120,12 +127,18 @@ def load_ogb(name: str, root: Optional[Union[str, os.PathLike]] = None, device="
             f"{meta['download_name']}/ it creates to {folder.name}/ (OGB's layout: "
             f"RELEASE_v{meta['version']}.txt, raw/*.csv.gz, split/{meta['split']}/*.csv.gz)."
         )
-    with contextlib.redirect_stdout(io.StringIO()) as out:  # OGB prints its progress
-        dataset = nodeproppred.DglNodePropPredDataset(name, root=str(root))
-        graph, labels = dataset[0]
-        split = dataset.get_idx_split()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as out:  # OGB prints its progress
+            dataset = nodeproppred.DglNodePropPredDataset(name, root=str(root))
+            graph, labels = dataset[0]
+    except Exception as exc:  # pandas, DGL and OGB raise many types for damaged files
+        raise ValueError(
+            f"OGB could not read {name} from {folder} ({type(exc).__name__}: {exc}); the "
+            "files are damaged or not OGB's: unzip the archive again."
+        ) from None
     logger.info("ogb %s: %s", name, " | ".join(out.getvalue().split("\n")).strip(" |"))
     n = graph.num_nodes()
+    split = read_split(folder / "split" / _meta(name)["split"], n)
     src, dst = graph.edges()
     if name == "ogbn-proteins":
         efeat = graph.edata["feat"].float()
@@ -135,11 +148,20 @@ def load_ogb(name: str, root: Optional[Union[str, os.PathLike]] = None, device="
         num_classes = labels.shape[1]
     else:
         feat = graph.ndata["feat"].float()
-        label, task, metric = labels.reshape(-1).long(), "multiclass", "accuracy"
+        labels = labels.reshape(-1)
+        if labels.is_floating_point():  # OGB stores labels as floats when one is NaN
+            bad = ~torch.isfinite(labels) | (labels != labels.round())
+            if bool(bad.any()):
+                first = int(bad.nonzero()[0, 0])
+                raise ValueError(
+                    f"{name}: {int(bad.sum())} node labels are NaN or not whole numbers (the "
+                    f"first at node {first}); OGB's node-label.csv.gz is damaged."
+                )
+        label, task, metric = labels.long(), "multiclass", "accuracy"
         num_classes = int(_meta(name)["num classes"])
     src, dst = clean_edges(src, dst, n, symmetrize=True)
     masks = []
-    for key in ("train", "valid", "test"):
+    for key in _SPLITS:
         mask = torch.zeros(n, dtype=torch.bool)
         mask[split[key]] = True
         masks.append(mask)
@@ -156,6 +178,46 @@ def load_ogb(name: str, root: Optional[Union[str, os.PathLike]] = None, device="
         name=name,
     )
     return data.to(device)
+
+
+def read_split(folder: Path, n: int) -> dict:
+    """``{"train", "valid", "test"}`` -> int64 node ids from ``folder``'s CSVs, or else from
+    its ``split_dict.pt`` loaded with ``weights_only=True``; ids must lie in ``[0, n)``.
+
+    Raises:
+        ValueError: ``split_dict.pt`` is not a plain dict of id tensors (it is refused
+            unpickled), or the ids are not integers in range.
+    """
+    csvs = [folder / f"{key}.csv.gz" for key in _SPLITS]
+    if all(p.exists() for p in csvs):
+        import pandas as pd  # a dependency of ogb, present whenever ogb is
+
+        raw = {k: pd.read_csv(p, compression="gzip", header=None).values.T[0]
+               for k, p in zip(_SPLITS, csvs)}  # fmt: skip
+        split = {k: torch.from_numpy(v.copy()) for k, v in raw.items()}
+        source = f"{folder}/{{{','.join(_SPLITS)}}}.csv.gz"
+    else:
+        source = str(folder / "split_dict.pt")
+        try:
+            split = torch.load(source, map_location="cpu", weights_only=True)
+        except Exception as exc:  # the unpickler refused it, or the file is damaged
+            first = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise ValueError(
+                f"{source} was refused: it is not a plain file of tensors ({type(exc).__name__}"
+                f": {first}). Delete it and put the split's train/valid/test.csv.gz there."
+            ) from None
+    if not isinstance(split, dict) or not all(isinstance(split.get(k), torch.Tensor)
+                                              for k in _SPLITS):  # fmt: skip
+        raise ValueError(f"{source}: expected train, valid and test node-id tensors.")
+    for key in _SPLITS:
+        ids = split[key].reshape(-1)
+        if ids.is_floating_point() and bool((ids != ids.round()).any()):
+            raise ValueError(f"{source}: the {key} ids are not whole numbers.")
+        ids = ids.long()
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            raise ValueError(f"{source}: the {key} ids leave [0, {n}).")
+        split[key] = ids
+    return split
 
 
 def evaluate(name: str, y_true: torch.Tensor, y_pred: torch.Tensor) -> float:

@@ -1,38 +1,73 @@
-"""Checkpoints of one training run and atomic file writes.
+"""Atomic file writes, the output directory's manifest, and checkpoints of one training run.
+
+Writes go to a temporary file next to the target (``.dgl-rsc-tmp-<16 hex>-<name>``, created
+with mode ``0o666`` so that the umask applies, as for any new file) and are renamed over it.
+
+Every file a run writes into its output directory is listed, before it is written, in the
+directory's manifest ``.dgl-rsc-manifest.json``. ``--force`` removes only what the manifest
+lists (and only names of the launcher's own outputs, inside the directory), so a user's files
+and other runs are never touched.
 
 A checkpoint holds the model, the optimizer, the AMP scaler, the RSC controller's state, the
 RNG states (torch, CUDA, numpy, Python ``random``), the epoch and the metrics so far. It holds
 tensors, numbers, strings and containers only, so it loads with
 ``torch.load(weights_only=True)``: the Python ``random`` state (a tuple of 625 ints) and
-numpy's state are stored as int64 tensors.
+numpy's state are stored as int64 tensors. A file that needs more than that is refused
+without running any of its code.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
-import tempfile
+import re
+import secrets
 from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
 
 __all__ = [
+    "MANIFEST",
     "atomic_write",
     "atomic_write_text",
+    "claim",
+    "manifest_files",
+    "foreign_entries",
+    "remove_owned",
+    "remove_stale_temps",
     "rng_state",
     "set_rng_state",
     "save_checkpoint",
     "load_checkpoint",
 ]
 
+MANIFEST = ".dgl-rsc-manifest.json"
+TMP_PREFIX = ".dgl-rsc-tmp-"
+#: the relative paths a manifest may list: the launcher's own outputs, nothing else
+OUTPUTS = re.compile(
+    r"(config\.yaml|results\.json|metrics\.csv|summary\.png|table\.txt"
+    r"|runs/[\w.-]+\.json|checkpoints/[\w.-]+\.pt)"
+)
+_TEMP = re.compile(re.escape(TMP_PREFIX) + r"[0-9a-f]{16}-[\w.-]+")
+_SUBDIRS = ("runs", "checkpoints")
+_KEYS = ("format", "epoch", "model", "optimizer", "controller", "scaler", "rng", "extra")
+
 
 def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
     """Call ``write(file)`` on a temporary file next to ``path``, then rename it over
-    ``path`` (``os.replace``): readers see the old file or the new one, never a torn one."""
+    ``path`` (``os.replace``): readers see the old file or the new one, never a torn one.
+    The new file's permissions follow the umask (``0o666 & ~umask``)."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(path), dir=folder)
+    while True:
+        tmp = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(8)}-{os.path.basename(path)}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
@@ -50,6 +85,104 @@ def atomic_write_text(path: str, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+# -- the manifest --------------------------------------------------------------------------
+def manifest_files(out_dir: str) -> Optional[list]:
+    """The relative paths listed in ``out_dir``'s manifest; ``None`` when it has none (or
+    one that is not a dgl-rsc manifest)."""
+    path = os.path.join(out_dir, MANIFEST)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    files = data.get("files") if isinstance(data, dict) and data.get("tool") == "dgl-rsc" else None
+    if not isinstance(files, list):
+        return None
+    return [f for f in files if isinstance(f, str)]
+
+
+def claim(out_dir: str, *paths: str) -> None:
+    """List ``paths`` (inside ``out_dir``) in its manifest before they are written."""
+    files = manifest_files(out_dir) or []
+    rel = [os.path.relpath(p, out_dir).replace(os.sep, "/") for p in paths]
+    new = [r for r in rel if r not in files]
+    bad = [r for r in new if not OUTPUTS.fullmatch(r)]
+    if bad:
+        raise ValueError(f"{bad} are not names of dgl-rsc outputs; nothing was written.")
+    if new or not os.path.exists(os.path.join(out_dir, MANIFEST)):
+        _write_manifest(out_dir, files + new)
+
+
+def _write_manifest(out_dir: str, files: list) -> None:
+    text = json.dumps({"tool": "dgl-rsc", "format": 1, "files": files}, indent=1)
+    atomic_write_text(os.path.join(out_dir, MANIFEST), text)
+
+
+def _owned_path(out_dir: str, rel: str) -> Optional[str]:
+    """The file ``rel`` names when it is one of our outputs, a regular file (not a link)
+    and inside ``out_dir`` after resolving links; otherwise ``None``."""
+    if not OUTPUTS.fullmatch(rel):
+        return None
+    path = os.path.join(out_dir, *rel.split("/"))
+    root = os.path.realpath(out_dir)
+    real = os.path.realpath(path)
+    inside = os.path.commonpath([root, real]) == root
+    return path if inside and os.path.isfile(path) and not os.path.islink(path) else None
+
+
+def remove_owned(out_dir: str) -> list:
+    """Remove the files ``out_dir``'s manifest lists (see :func:`_owned_path`), our stale
+    temporary files and then-empty ``runs/``/``checkpoints/``, and empty the manifest;
+    returns the removed paths."""
+    removed = remove_stale_temps(out_dir)
+    listed = manifest_files(out_dir)
+    for rel in listed or []:
+        path = _owned_path(out_dir, rel)
+        if path is not None:
+            os.remove(path)
+            removed.append(path)
+    if listed is not None:
+        _write_manifest(out_dir, [])
+    for sub in _SUBDIRS:
+        path = os.path.join(out_dir, sub)
+        if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+            os.rmdir(path)
+    return removed
+
+
+def remove_stale_temps(out_dir: str) -> list:
+    """Remove temporary files a killed write left in ``out_dir``, ``runs/`` and
+    ``checkpoints/`` (names :func:`atomic_write` makes, regular files only)."""
+    removed = []
+    for folder in (out_dir, *(os.path.join(out_dir, s) for s in _SUBDIRS)):
+        if not os.path.isdir(folder) or (os.path.islink(folder) and folder != out_dir):
+            continue
+        for name in os.listdir(folder):
+            path = os.path.join(folder, name)
+            if _TEMP.fullmatch(name) and os.path.isfile(path) and not os.path.islink(path):
+                os.remove(path)
+                removed.append(path)
+    return removed
+
+
+def foreign_entries(out_dir: str) -> list:
+    """What ``out_dir`` holds that dgl-rsc did not write (relative paths, sorted); entries
+    of ``runs/`` and ``checkpoints/`` are listed one by one."""
+    owned = {r for r in manifest_files(out_dir) or [] if _owned_path(out_dir, r)}
+    owned.add(MANIFEST)
+    out = []
+    for name in sorted(os.listdir(out_dir)):
+        path = os.path.join(out_dir, name)
+        if name in _SUBDIRS and os.path.isdir(path) and not os.path.islink(path):
+            out += [f"{name}/{n}" for n in sorted(os.listdir(path)) if f"{name}/{n}" not in owned]
+        elif name not in owned and not _TEMP.fullmatch(name):
+            out.append(name)
+    return out
+
+
+# -- checkpoints ---------------------------------------------------------------------------
 def rng_state() -> dict:
     """Every RNG state the training loop draws from, as tensors and ints."""
     version, internal, gauss = random.getstate()
@@ -115,6 +248,24 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str, map_location="cpu") -> dict:
-    """Read a checkpoint written by :func:`save_checkpoint` (``weights_only=True``); its
-    tensors land on ``map_location`` (the RNG states are moved back to the CPU on use)."""
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """Read a checkpoint written by :func:`save_checkpoint` (``weights_only=True``: a file
+    that would run code is refused, and nothing of it runs); its tensors land on
+    ``map_location`` (the RNG states are moved back to the CPU on use).
+
+    Raises:
+        ValueError: the file is empty, truncated, not a torch file, needs more than
+            weights-only loading, or lacks a checkpoint's keys (the message says which).
+    """
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises many types for damaged or foreign files
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        reason = f"{type(exc).__name__}: {first}" if first else f"{type(exc).__name__}, empty?"
+        raise ValueError(f"checkpoint {path} cannot be read safely ({reason})") from None
+    missing = [k for k in _KEYS if not isinstance(state, dict) or k not in state]
+    if missing or state["format"] != 1:
+        raise ValueError(
+            f"checkpoint {path} is not a dgl-rsc checkpoint (format 1); it lacks "
+            f"{', '.join(missing) or 'nothing but has format ' + repr(state['format'])}"
+        )
+    return state

@@ -5,6 +5,9 @@ over the epochs after the first (the first builds cached structures; ``epoch_s_m
 robust to one-off costs such as a kernel compile); ``speedup`` is the exact method's mean
 epoch time over this method's; ``nnz_fraction`` is the backward sparse non-zeros visited
 over the exact count, for the whole run.
+
+JSON files are strict JSON (:func:`strict_json`): a NaN or infinite number, which would
+otherwise be written as a bare ``NaN`` token that JSON parsers reject, becomes ``null``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import importlib.util
 import io
 import json
 import logging
+import math
 import os
 import platform
 
@@ -23,9 +27,9 @@ import numpy as np
 import torch
 
 from .. import __version__
-from .checkpoint import atomic_write, atomic_write_text
+from .checkpoint import atomic_write, atomic_write_text, claim
 
-__all__ = ["environment", "summarize", "format_table", "write_report", "CSV_FIELDS"]
+__all__ = ["environment", "summarize", "format_table", "write_report", "strict_json", "CSV_FIELDS"]
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +77,33 @@ def environment(device: torch.device) -> dict:
     }
 
 
+def strict_json(obj, **kwargs) -> str:
+    """``json.dumps`` that writes NaN and infinities as ``null`` (never a bare ``NaN``).
+
+    >>> strict_json({"a": float("nan"), "b": [1.5, float("-inf")]})
+    '{"a": null, "b": [1.5, null]}'
+    """
+    return json.dumps(_finite(obj), allow_nan=False, **kwargs)
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _mean(values) -> float:
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
+
+
+def _std(values) -> float:
+    values = [v for v in values if v is not None]
+    return float(np.std(values)) if values else None
 
 
 def _timed(rec: dict) -> list:
@@ -105,7 +133,7 @@ def summarize(records: list) -> dict:
             "runs": len(recs),
             "seeds": [r["seed"] for r in recs],
             "test_mean": _mean(tests),
-            "test_std": float(np.std(tests)),
+            "test_std": _std(tests),
             "val_mean": _mean(r["best"]["val"] for r in recs),
             **{f"{k}_mean": _mean(t[k] for t in times) for k in (*TIMES, "train_s")},
             "approx_epoch_s_mean": _mean(t["approx_epoch_s"] for t in times),
@@ -117,7 +145,8 @@ def summarize(records: list) -> dict:
         for s in summary.values():
             s["speedup"] = base["epoch_s_mean"] / s["epoch_s_mean"]
             s["backward_speedup"] = base["backward_s_mean"] / s["backward_s_mean"]
-            s["test_delta"] = s["test_mean"] - base["test_mean"]
+            known = s["test_mean"] is not None and base["test_mean"] is not None
+            s["test_delta"] = s["test_mean"] - base["test_mean"] if known else None
     return summary
 
 
@@ -128,7 +157,9 @@ def format_table(summary: dict, metric: str) -> str:
             f"{'bwd':>8}{'select':>8}{'speedup':>9}{'bwd nnz':>9}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for method, s in summary.items():
-        test = f"{s['test_mean'] * scale:.2f} ± {s['test_std'] * scale:.2f}"
+        test = "-"
+        if s["test_mean"] is not None:
+            test = f"{s['test_mean'] * scale:.2f} ± {s['test_std'] * scale:.2f}"
         speed = f"{s['speedup']:.2f}x" if "speedup" in s else "-"
         lines.append(
             f"{method:<7}{s['runs']:>5}  {test:>20}  {s['epoch_s_mean'] * 1e3:>9.1f}"
@@ -206,11 +237,14 @@ def write_report(out_dir: str, config: dict, records: list, env: dict, metric: s
         "table": table,
         "runs": records,
     }
-    atomic_write_text(os.path.join(out_dir, "results.json"), json.dumps(results, indent=1))
-    atomic_write_text(os.path.join(out_dir, "metrics.csv"), _csv_text(records))
-    atomic_write_text(os.path.join(out_dir, "table.txt"), table + "\n")
-    if importlib.util.find_spec("matplotlib") is None:
-        log.warning("matplotlib is not installed: summary.png skipped (pip install matplotlib)")
-    else:
+    files = [os.path.join(out_dir, f) for f in ("results.json", "metrics.csv", "table.txt")]
+    plot = importlib.util.find_spec("matplotlib") is not None
+    claim(out_dir, *files, *([os.path.join(out_dir, "summary.png")] if plot else []))
+    atomic_write_text(files[0], strict_json(results, indent=1))
+    atomic_write_text(files[1], _csv_text(records))
+    atomic_write_text(files[2], table + "\n")
+    if plot:
         _plot(os.path.join(out_dir, "summary.png"), records, summary, metric)
+    else:
+        log.warning("matplotlib is not installed: summary.png skipped (pip install matplotlib)")
     return summary

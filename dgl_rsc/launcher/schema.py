@@ -14,7 +14,8 @@ unknown key lists the allowed keys and the nearest match. The allowed ``model`` 
 parameters of the chosen model's constructor, the ``dataset`` keys those of the chosen
 loader. Relative paths (``dataset.root``; ``dataset.path`` when no root is given) are
 resolved against the current working directory. PyYAML reads ``1e-3`` as a string (YAML 1.1
-wants ``1.0e-3``); number fields accept such strings.
+wants ``1.0e-3``); number fields accept such strings. NaN and infinities (``.nan``, ``.inf``,
+``nan``) are refused wherever a number is expected.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import difflib
 import importlib
 import inspect
 import os
+import sys
 from typing import Any, Optional
 
 from ..config import ConfigError, RSCConfig, unknown_key_message
@@ -174,15 +176,19 @@ def _number(path: str, value, rule: Rule):
             pass
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         _fail(f"{path} must be {'an integer' if kind is int else 'a number'}, got {value!r}.")
-    if kind is int and not float(value).is_integer():
+    lo, hi = rule.lo, rule.hi
+    left, right = "(" if rule.lo_open else "[", ")" if rule.hi_open else "]"
+    span = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
+    # NaN fails every comparison; an int is exact at any size, but float() of it may overflow
+    too_big = not (kind is int and isinstance(value, int)) and abs(value) > sys.float_info.max
+    if too_big or not -float("inf") < value < float("inf"):
+        _fail(f"{path}={value!r} is not a finite number; give one in {span}.")
+    if kind is int and isinstance(value, float) and not value.is_integer():
         _fail(f"{path} must be an integer, got {value!r}.")
     value = kind(value)
-    lo, hi = rule.lo, rule.hi
     if (lo is not None and (value <= lo if rule.lo_open else value < lo)) or (
         hi is not None and (value >= hi if rule.hi_open else value > hi)
     ):
-        left, right = "(" if rule.lo_open else "[", ")" if rule.hi_open else "]"
-        span = f"{left}{lo}, {'inf' if hi is None else hi}{right}"
         _fail(f"{path}={value!r} is out of range; it must lie in {span}.")
     return value
 
