@@ -14,6 +14,7 @@ from types import ModuleType
 __all__ = [
     "dgl_available",
     "cupy_available",
+    "matplotlib_available",
     "numba_available",
     "numba_cuda_available",
     "require_dgl",
@@ -57,6 +58,11 @@ def cupy_available() -> bool:
         return cp.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False
+
+
+def matplotlib_available() -> bool:
+    """``True`` when matplotlib imports (the launcher's summary.png)."""
+    return _probe("matplotlib")[0] is not None
 
 
 @functools.cache

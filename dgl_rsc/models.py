@@ -1,9 +1,9 @@
 """The models of the RSC paper's runs: GCN, GraphSAGE and GCNII, built through ``MODELS``.
 
-Every model is built from :mod:`dgl_rsc.nn` layers (``engine="rsc"``, the default) or from
-the stock ``dgl.nn`` layers (``engine="dgl-stock"``, for the :func:`dgl_rsc.patch` path).
-For the same seed both engines draw the same initial weights, so a run on one engine can
-be compared step by step with a run on the other.
+Every model is built from the convolutions of an engine (:mod:`dgl_rsc.engines`):
+:mod:`dgl_rsc.nn` layers for ``native`` and ``dgl`` (the default ``native``), the stock
+``dgl.nn`` layers for ``patch`` and ``stock``. For the same seed every engine draws the same
+initial weights, so a run on one engine can be compared step by step with a run on another.
 
 Example:
     >>> import torch
@@ -17,37 +17,19 @@ Example:
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .config import ConfigError, unknown_key_message
+from .engines import conv_classes
 
-__all__ = ["GCN", "SAGE", "GCNII", "MODELS", "ENGINES", "build_model", "model_params"]
-
-ENGINES = ("rsc", "dgl-stock")
+__all__ = ["GCN", "SAGE", "GCNII", "MODELS", "build_model", "model_params"]
 
 #: Constructor arguments that the launcher fills from the data, not from the config.
 DATA_ARGS = ("in_feats", "num_classes", "engine")
-
-
-def _convs(engine: str) -> SimpleNamespace:
-    """The ``GraphConv``, ``SAGEConv`` and ``GCN2Conv`` classes of ``engine``."""
-    if engine == "rsc":
-        mod = importlib.import_module("dgl_rsc.nn")
-    elif engine == "dgl-stock":
-        from . import _deps
-
-        mod = _deps.require_dgl().nn.pytorch
-    else:
-        near = difflib.get_close_matches(str(engine), ENGINES, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}.{hint}")
-    return SimpleNamespace(GraphConv=mod.GraphConv, SAGEConv=mod.SAGEConv, GCN2Conv=mod.GCN2Conv)
 
 
 def _check(name: str, value, lo, hi=None, kind=int):
@@ -95,7 +77,7 @@ class GCN(_Stack):
         dropout: dropout after each hidden layer.
         input_dropout: dropout on the input features (Kipf and Welling use 0.5).
         batch_norm: ``BatchNorm1d`` after each hidden convolution.
-        engine: ``"rsc"`` (:mod:`dgl_rsc.nn`) or ``"dgl-stock"`` (``dgl.nn``).
+        engine: a name of :data:`dgl_rsc.engines.ENGINES` (which convolutions).
 
     Shapes:
         ``forward(graph, feat (N, F)) -> (N, C)``.
@@ -110,11 +92,11 @@ class GCN(_Stack):
         dropout: float = 0.5,
         input_dropout: float = 0.0,
         batch_norm: bool = False,
-        engine: str = "rsc",
+        engine: str = "native",
     ):
         _check("layers", layers, 1)
         _check("hidden", hidden, 1)
-        conv = _convs(engine).GraphConv
+        conv = conv_classes(engine).GraphConv
         dims = [in_feats] + [hidden] * (layers - 1) + [num_classes]
         super().__init__(dims, lambda a, b: conv(a, b), dropout, input_dropout, batch_norm)
 
@@ -141,13 +123,13 @@ class SAGE(_Stack):
         input_dropout: float = 0.0,
         batch_norm: bool = False,
         aggregator: str = "mean",
-        engine: str = "rsc",
+        engine: str = "native",
     ):
         _check("layers", layers, 1)
         _check("hidden", hidden, 1)
         if aggregator not in ("mean", "gcn"):
             raise ValueError(f"aggregator must be 'mean' or 'gcn', got {aggregator!r}.")
-        conv = _convs(engine).SAGEConv
+        conv = conv_classes(engine).SAGEConv
         dims = [in_feats] + [hidden] * (layers - 1) + [num_classes]
         super().__init__(
             dims, lambda a, b: conv(a, b, aggregator), dropout, input_dropout, batch_norm
@@ -176,7 +158,7 @@ class GCNII(nn.Module):
         dropout: float = 0.5,
         alpha: float = 0.1,
         lambda_: float = 0.5,
-        engine: str = "rsc",
+        engine: str = "native",
     ):
         super().__init__()
         _check("layers", layers, 1)
@@ -184,7 +166,7 @@ class GCNII(nn.Module):
         _check("dropout", dropout, 0.0, 1.0, float)
         _check("alpha", alpha, 0.0, 1.0, float)
         _check("lambda_", lambda_, 0.0, None, float)
-        conv = _convs(engine).GCN2Conv
+        conv = conv_classes(engine).GCN2Conv
         self.lin_in = nn.Linear(in_feats, hidden)
         self.convs = nn.ModuleList(
             conv(hidden, layer=i + 1, alpha=alpha, lambda_=lambda_) for i in range(layers)
@@ -218,7 +200,7 @@ def _model_class(name: str):
 
 
 def build_model(
-    name: str, in_feats: int, num_classes: int, engine: str = "rsc", **params
+    name: str, in_feats: int, num_classes: int, engine: str = "native", **params
 ) -> nn.Module:
     """Build registered model ``name``; unknown ``params`` raise :class:`ConfigError`."""
     allowed = model_params(name)

@@ -14,6 +14,7 @@ import pytest
 import torch
 import yaml
 
+from dgl_rsc import _deps
 from dgl_rsc.config import ConfigError
 from dgl_rsc.launcher import cli
 from dgl_rsc.launcher.cli import apply_overrides, load_config
@@ -26,7 +27,7 @@ TINY = {
     "dataset": {"name": "synthetic", "num_nodes": 300, "avg_degree": 8.0, "num_classes": 3,
                 "feat_dim": 8, "seed": 1},
     "model": {"name": "gcn", "hidden": 16, "layers": 2},
-    "train": {"epochs": 6, "lr": 0.02, "seeds": [0], "eval_every": 2},
+    "train": {"epochs": 6, "lr": 0.02, "seeds": [0], "eval_every": 2, "stock_baseline": False},
     "rsc": {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1},
     "compare": True,
 }  # fmt: skip
@@ -238,7 +239,7 @@ def test_python_m_help(capsys):
 
 
 def test_run_writes_results_csv_png_and_force_is_needed_to_replace(tmp_path, capsys):
-    path = write_config(tmp_path, train={"seeds": [0, 1]})
+    path = write_config(tmp_path, train={"seeds": [0, 1], "stock_baseline": True})
     out = tmp_path / "out"
     assert cli.main(["run", path, "--out", str(out), "--no-progress"]) == 0
     printed = capsys.readouterr().out
@@ -252,9 +253,18 @@ def test_run_writes_results_csv_png_and_force_is_needed_to_replace(tmp_path, cap
         assert {"test_std", "speedup", "nnz_fraction", "backward_s_mean"} <= set(s)
     assert res["summary"]["exact"]["nnz_fraction"] == 1.0
     assert res["summary"]["rsc"]["nnz_fraction"] < 1.0
+    # with DGL installed, the stock dgl.nn model runs too, and speedups are against the
+    # faster of the two exact baselines
+    methods = ["exact", "rsc"] + (["stock"] if _deps.dgl_available() else [])
+    assert sorted(res["summary"]) == sorted(methods)
+    base = min(("exact", "stock"), key=lambda m: res["summary"].get(m, {}).get("epoch_s_mean", 1e9))
+    s = res["summary"]["rsc"]
+    assert s["baseline"] == base
+    assert s["speedup"] == pytest.approx(res["summary"][base]["epoch_s_mean"] / s["epoch_s_mean"])
+    assert "faster baseline" in printed
     rows = (out / "metrics.csv").read_text().strip().splitlines()
     assert rows[0].startswith("method,seed,epoch,phase,loss")
-    assert len(rows) == 1 + 2 * 2 * 6  # methods x seeds x epochs
+    assert len(rows) == 1 + len(methods) * 2 * 6  # methods x seeds x epochs
     assert (out / "summary.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert yaml.safe_load((out / "config.yaml").read_text())["train"]["seeds"] == [0, 1]
     before = (out / "results.json").stat().st_mtime_ns
@@ -267,7 +277,10 @@ def test_run_writes_results_csv_png_and_force_is_needed_to_replace(tmp_path, cap
     assert cli.main(["run", path, "--out", str(out), "--force", "--set", "train.seeds=[2]"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["summary"]["rsc"]["seeds"] == [2] and (out / "notes.txt").exists()
-    assert sorted(os.listdir(out / "runs")) == ["exact-seed2.json", "rsc-seed2.json"]
+    stock = ["stock-seed2.json"] if _deps.dgl_available() else []
+    assert sorted(os.listdir(out / "runs")) == sorted(
+        ["exact-seed2.json", "rsc-seed2.json", *stock]
+    )
 
 
 def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, capsys):

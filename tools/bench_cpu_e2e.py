@@ -2,7 +2,7 @@
 
 For each graph, model and thread count this trains, from the same seed and initialization:
 
-- ``dgl-stock``: the stock ``dgl.nn`` model, no patch (what DGL users run);
+- ``stock``: the stock ``dgl.nn`` model, no patch (what DGL users run);
 - ``patch-exact`` / ``patch-rsc``: the same stock model inside ``dgl_rsc.patch`` (exact
   products only / RSC at the budget);
 - ``dgl-exact`` / ``dgl-rsc``: dgl_rsc's drop-in layers on the ``DGLGraph``;
@@ -10,7 +10,7 @@ For each graph, model and thread count this trains, from the same seed and initi
 
 Epoch times are means over the timed epochs (after ``--warmup``; for RSC the approximate
 phase: the run never switches back), taken over ``--rounds`` interleaved rounds; every ratio
-is against ``dgl-stock`` measured in the same process. ``--profile`` adds, per engine, one
+is against ``stock`` measured in the same process. ``--profile`` adds, per engine, one
 profiled epoch split into sparse products, dense GEMMs, elementwise work, RSC's selection and
 slicing, and the rest. Results go to a JSON file with the machine and the date.
 
@@ -50,7 +50,7 @@ GRAPHS = {
     "g200k": dict(num_nodes=200_000, avg_degree=41.0, hidden=128),
     "small": dict(num_nodes=5_000, avg_degree=20.0, hidden=32),
 }
-ENGINES = ("dgl-stock", "patch-exact", "patch-rsc", "dgl-exact", "dgl-rsc", "native-exact",
+ENGINES = ("stock", "patch-exact", "patch-rsc", "dgl-exact", "dgl-rsc", "native-exact",
            "native-rsc")  # fmt: skip
 
 # profiler op names by category (self time); anything else is "other"
@@ -69,10 +69,10 @@ CATEGORIES = {
 
 def build(engine, data, graphs, hidden, model_name, seed):
     torch.manual_seed(seed)
-    stock = engine.startswith(("dgl-stock", "patch"))
-    model = build_model(model_name, data.feat.shape[1], data.num_classes,
-                        engine="dgl-stock" if stock else "rsc", hidden=hidden, layers=3,
-                        dropout=0.5)  # fmt: skip
+    family = engine.split("-")[0]  # native, dgl, patch or stock (dgl_rsc.engines)
+    stock = family in ("stock", "patch")
+    model = build_model(model_name, data.feat.shape[1], data.num_classes, engine=family,
+                        hidden=hidden, layers=3, dropout=0.5)  # fmt: skip
     graph = graphs["native" if engine.startswith("native") else "dgl"]
     ctl, ctx = None, contextlib.nullcontext()
     if engine.startswith("patch"):
@@ -146,7 +146,7 @@ def run_case(graph_name, model_name, threads):
             print(f"  {graph_name} {model_name} t={threads} {engine:<13} "
                   f"{res[engine][-1] * 1e3:8.1f} ms", flush=True)  # fmt: skip
     ms = {e: statistics.mean(v) * 1e3 for e, v in res.items()}
-    base = ms.get("dgl-stock")
+    base = ms.get("stock")
     case = {"graph": graph_name, "model": model_name, "threads": threads,
             "nodes": n, "edges": int(src.numel()), "hidden": spec["hidden"],
             "epoch_ms": {e: round(v, 2) for e, v in ms.items()},

@@ -9,19 +9,22 @@ message prints the full command that continues the run).
 from __future__ import annotations
 
 import argparse
-import copy
 import logging
 import os
-import shlex
 import sys
-import tempfile
 import time
 from typing import Callable, Optional, Sequence
 
-import yaml
-
 from ..config import ConfigError
-from .schema import RunConfig, resolve
+from .outputs import output_dir, resume_command, some
+from .yaml_io import (
+    StrictLoader,
+    apply_overrides,
+    dump_yaml,
+    load_config,
+    load_yaml,
+    parse_yaml,
+)
 
 __all__ = [
     "main",
@@ -35,7 +38,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_SUBDIRS = ("runs", "checkpoints")
 
 DESCRIPTION = """\
 Full-graph GNN training with RSC (Randomized Sparse Computations, ICML 2023): exact forward,
@@ -52,100 +54,6 @@ metrics.csv, summary.png and table.txt, listed in its .dgl-rsc-manifest.json. A 
 directory is refused unless --force, which removes only the files that manifest lists (other
 files stay; a directory without it is refused). Relative paths in the config (dataset.root,
 dataset.path) are resolved against the current directory."""
-
-
-class StrictLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` (the same types, nothing executable) that refuses a key given
-    twice in one mapping; plain PyYAML keeps the last value silently."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # '<<: *base' entries may be overridden, as YAML intends
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.get(key)
-            except TypeError:  # an unhashable key: the base class reports it
-                continue
-            line = key_node.start_mark.line + 1
-            if first is not None:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping (lines {first} and "
-                    f"{line}); keep one of them", key_node.start_mark,
-                )  # fmt: skip
-            seen[key] = line
-        return super().construct_mapping(node, deep)
-
-
-def _yaml_message(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    if mark is None:
-        return " ".join(str(exc).split())
-    text = "; ".join(p for p in (getattr(exc, "context", None), exc.problem) if p)
-    return f"{text} (line {mark.line + 1}, column {mark.column + 1})"
-
-
-def parse_yaml(data, where: str):
-    """Parse YAML ``data`` (bytes in UTF-8, or str) with :class:`StrictLoader`; errors
-    become a :class:`ConfigError` that starts with ``where``."""
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(
-                f"{where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                f"{exc.start}); save it with UTF-8 encoding."
-            ) from None
-    try:
-        return yaml.load(data, Loader=StrictLoader)  # a SafeLoader: no Python objects
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where} is not valid YAML: {_yaml_message(exc)}.") from None
-
-
-def load_yaml(path: str) -> dict:
-    """Read a YAML file with :func:`parse_yaml`; errors become :class:`ConfigError`."""
-    if not os.path.exists(path):
-        _fail(f"config file '{path}' does not exist.")
-    if not os.path.isfile(path):
-        _fail(f"config file '{path}' is not a file; give the path of a .yaml config.")
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise ConfigError(f"config file '{path}' cannot be read: {exc.strerror}.") from None
-    data = parse_yaml(data, f"'{path}'")
-    return {} if data is None else data
-
-
-def apply_overrides(raw: dict, sets=()) -> dict:
-    """A copy of ``raw`` with ``"section.key=value"`` overrides (value read as YAML)."""
-    raw = copy.deepcopy(raw)
-    for item in sets:
-        key, eq, text = item.partition("=")
-        parts = key.strip().split(".")
-        if not eq or not all(parts):
-            _fail(f"--set takes section.key=value (for example train.lr=0.01), got {item!r}.")
-        value = parse_yaml(text, f"--set {item!r}: the value") if text.strip() else None
-        node = raw
-        for i, part in enumerate(parts[:-1]):
-            if node.get(part) is None:
-                node[part] = {}
-            if not isinstance(node[part], dict):
-                _fail(f"--set {item!r}: {'.'.join(parts[: i + 1])} is not a section.")
-            node = node[part]
-        node[parts[-1]] = value
-    return raw
-
-
-def load_config(path: str, sets=()) -> RunConfig:
-    """:func:`load_yaml`, :func:`apply_overrides`, then :func:`resolve`."""
-    return resolve(apply_overrides(load_yaml(path), sets))
-
-
-def dump_yaml(cfg: RunConfig) -> str:
-    """The resolved config as YAML text (sections in the documented order)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False)
 
 
 def _fail(msg: str):
@@ -197,104 +105,6 @@ def _sets(args) -> list:
     return sets
 
 
-def _check_location(out: str, flag: str) -> None:
-    """``out`` is (or can become) a directory this process can write in."""
-    path = os.path.abspath(out)
-    if os.path.lexists(path) and not os.path.isdir(path):
-        _fail(f"{flag} {out} exists and is not a directory; choose a directory path.")
-    base = path
-    while not os.path.lexists(base):
-        base = os.path.dirname(base)
-    if not os.path.isdir(base):
-        _fail(f"{flag} {out} lies under {base}, which is not a directory; choose another path.")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".dgl-rsc-probe-", dir=base)
-        os.close(fd)
-        os.remove(probe)
-    except OSError as exc:
-        _fail(f"{flag} {out}: cannot write in {base} ({exc.strerror}); choose a writable path.")
-
-
-def _some(names: list, limit: int = 8) -> str:
-    more = f" and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
-def _output_dir(args, cfg) -> str:
-    """Where the run writes; refuses an existing run directory unless --force/--resume,
-    and a non-empty directory that dgl-rsc did not write even with --force."""
-    from .checkpoint import MANIFEST, OUTPUTS, foreign_entries, manifest_files
-
-    if args.resume:
-        out = args.resume
-        if args.out and os.path.abspath(args.out) != os.path.abspath(out):
-            _fail(f"--out {args.out} and --resume {out} name different directories.")
-        _check_location(out, "--resume")
-        saved = os.path.join(out, "config.yaml")
-        if not os.path.isfile(saved):
-            _fail(f"--resume {out}: no config.yaml there, so no run to resume.")
-        try:
-            before = load_yaml(saved)
-        except ConfigError as exc:
-            raise ConfigError(
-                f"--resume {out}: the run's config.yaml is damaged ({exc}); it cannot be "
-                "resumed: start it again with --force or --out."
-            ) from None
-        before, now = _flatten(before), _flatten(cfg.to_dict())
-        diff = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
-        if diff:
-            _fail(
-                f"--resume {out}: the config differs from the one the run started with at "
-                f"{', '.join(map(str, diff))}; resume with the same config and --set values."
-            )
-        return out
-    out = args.out or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
-    _check_location(out, "--out")
-    if os.path.isdir(out) and os.listdir(out):
-        if not args.force:
-            _fail(
-                f"output directory '{out}' exists and is not empty; pass --force to replace "
-                f"its run, --resume {out} to continue it, or --out to choose another directory."
-            )
-        if manifest_files(out) is None:
-            _fail(
-                f"--force: '{out}' is not empty and has no readable {MANIFEST}, so it is not a "
-                f"directory dgl-rsc wrote (or an older version wrote it), and --force only "
-                f"removes dgl-rsc's own files. It holds {_some(sorted(os.listdir(out)))}. "
-                "Choose a new or empty --out, or delete what you no longer need yourself."
-            )
-        clash = [e for e in foreign_entries(out) if OUTPUTS.fullmatch(e) or e in _SUBDIRS]
-        if clash:
-            _fail(
-                f"--force: '{out}' holds {_some(clash)}, which its {MANIFEST} does not list "
-                "(dgl-rsc did not write them) and which this run would replace or read. Move "
-                "them away or choose another --out."
-            )
-    return out
-
-
-def _flatten(d, prefix="") -> dict:
-    """``{"train.lr": 0.01, ...}`` of a nested dict (lists compared as lists)."""
-    if not isinstance(d, dict):
-        return {prefix: d}
-    out = {}
-    for key, value in d.items():
-        out.update(
-            _flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}")
-        )
-    return out
-
-
-def _resume_command(prog: str, args, out: str) -> str:
-    """The full command that continues this run (the same config, --set and --device)."""
-    words = ["run", args.config, "--resume", out]
-    for item in args.sets:
-        words += ["--set", item]
-    if args.device:
-        words += ["--device", args.device]
-    return f"{prog} {shlex.join(words)}"
-
-
 def _run(args, prog: str, on_epoch_end) -> int:
     """``dgl-rsc run``; ``train.threads`` holds for the experiment and is restored after it
     (``null``: torch's default, one thread per core). On a CPU shared with other busy
@@ -323,7 +133,7 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
     from .report import environment, format_table, write_report
     from .train import prepare, run_experiment
 
-    out = _output_dir(args, cfg)
+    out = output_dir(args, cfg)
     text = dump_yaml(cfg)
     print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)
     start = time.perf_counter()
@@ -336,7 +146,7 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
         kept = foreign_entries(out)
         if kept:
             log.warning("%s: kept %d entries dgl-rsc did not write: %s", out, len(kept),
-                        _some(kept))  # fmt: skip
+                        some(kept))  # fmt: skip
         claim(out, os.path.join(out, "config.yaml"))
         atomic_write_text(os.path.join(out, "config.yaml"), text)
     try:
@@ -344,7 +154,7 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
             cfg, prep, out, progress=not args.no_progress, on_epoch_end=on_epoch_end
         )
     except KeyboardInterrupt:
-        print(f"\ninterrupted; continue with: {_resume_command(prog, args, out)}",
+        print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
               file=sys.stderr)  # fmt: skip
         return 130
     env = environment(prep.device)

@@ -1,10 +1,12 @@
 """Full-batch training runs: the data once, then one run per (seed, method).
 
-Engines (``train.engine``): ``native`` runs :mod:`dgl_rsc.nn` layers on a DGL-free
-:class:`~dgl_rsc.graph.Graph`; ``dgl`` runs the same layers on a ``DGLGraph``; ``patch`` runs
-the stock ``dgl.nn`` model inside :func:`dgl_rsc.patch`. The exact baseline uses the same
-layers and sparse engine with the exact backward (:func:`dgl_rsc.nn.exact`; on ``patch`` a
-controller switched to exact from step 0), so a comparison measures RSC, not two engines.
+Engines (``train.engine``, :mod:`dgl_rsc.engines`): ``native`` runs :mod:`dgl_rsc.nn` layers
+on a DGL-free :class:`~dgl_rsc.graph.Graph`; ``dgl`` runs the same layers on a ``DGLGraph``;
+``patch`` runs the stock ``dgl.nn`` model inside :func:`dgl_rsc.patch`. Methods: ``rsc``;
+``exact``, the same engine driven by a controller switched to the exact backward from step 0
+(the same layers, kernels and bookkeeping, so a comparison measures RSC, not two engines); and
+with ``compare`` where DGL imports, ``stock``: the stock ``dgl.nn`` model without dgl_rsc,
+what DGL users run.
 
 Epoch timing (synchronized on CUDA) separates forward (with the loss), backward (which
 contains RSC's row selection, reported apart as ``select_s``) and the optimizer step;
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -40,17 +41,20 @@ from tqdm import tqdm
 from .. import _deps
 from ..config import ConfigError, RSCConfig
 from ..controller import RSCController
+from ..engines import get_engine
 from ..models import build_model
-from ..nn import attach, exact
+from ..nn import attach
 from ..patch import patch
-from .checkpoint import atomic_write_text, claim, load_checkpoint, save_checkpoint, set_rng_state
+from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .report import strict_json
+from .resume import merged_stats, read_checkpoint, read_record, restore
 from .schema import RunConfig
 
 __all__ = [
     "Prepared",
     "TrainingDiverged",
     "check_backend",
+    "methods",
     "prepare",
     "resolve_device",
     "run_experiment",
@@ -59,9 +63,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 EpochCallback = Callable[[str, int], None]
-#: controller counters that add up over a run (summed across a resume)
-_COUNTERS = ("nnz_visited", "nnz_exact", "select_seconds", "cache_hits", "cache_misses",
-             "approx_calls", "exact_calls")  # fmt: skip
 
 
 class TrainingDiverged(RuntimeError):
@@ -94,25 +95,49 @@ def check_backend(cfg: RunConfig, device: torch.device) -> None:
 @dataclasses.dataclass
 class Prepared:
     """The data of an experiment on its device: ``feat (N, F)``, ``label (N,)``/``(N, C)``;
-    ``fingerprint`` is the data's sha256, ``source`` names where they came from."""
+    ``graphs`` by kind (``"native"``, ``"dgl"``), built on first use; ``fingerprint`` is the
+    data's sha256, ``source`` names where they came from."""
 
     data: object
-    graph: object
+    edges: tuple
     feat: torch.Tensor
     label: torch.Tensor
     masks: dict
     device: torch.device
     fingerprint: str = ""
     source: str = ""
+    graphs: dict = dataclasses.field(default_factory=dict)
+
+    def graph(self, kind: str):
+        """The message-passing graph of ``kind`` (self-loops added when the model wants them)."""
+        if kind not in self.graphs:
+            src, dst, n = self.edges
+            if kind == "native":
+                from ..graph import Graph
+
+                self.graphs[kind] = Graph(src, dst, n).to(self.device)
+            else:
+                dgl = _deps.require_dgl()
+                self.graphs[kind] = dgl.graph((src, dst), num_nodes=n).to(self.device)
+        return self.graphs[kind]
+
+
+def methods(cfg: RunConfig) -> tuple:
+    """The runs of each seed: the config's methods, after ``stock`` when ``compare`` and
+    ``train.stock_baseline`` are on and DGL imports (the stock ``dgl.nn`` model, a baseline
+    the speedups are reported against)."""
+    if cfg.compare and cfg.train.stock_baseline and _deps.dgl_available():
+        return ("stock", *cfg.methods)
+    return cfg.methods
 
 
 def prepare(cfg: RunConfig) -> Prepared:
-    """Load the dataset and build the graph the engine needs (once per experiment)."""
+    """Load the dataset and the edge list the engines need (once per experiment)."""
     from ..data import load_dataset
     from ..models import MODELS
 
     engine = cfg.train.engine
-    if engine != "native" and not _deps.dgl_available():
+    if get_engine(engine).needs_dgl and not _deps.dgl_available():
         raise ConfigError(
             f"train.engine={engine!r} needs DGL, which is not importable here; "
             "use train.engine=native (dgl_rsc layers on a DGL-free graph)."
@@ -128,17 +153,14 @@ def prepare(cfg: RunConfig) -> Prepared:
     if MODELS[cfg.model["name"]].SELF_LOOPS:
         loops = torch.arange(n, dtype=src.dtype)
         src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
-    if engine == "native":
-        from ..graph import Graph
-
-        graph = Graph(src, dst, n).to(device)
-    else:
-        graph = _deps.require_dgl().graph((src, dst), num_nodes=n).to(device)
     masks = {s: getattr(data, f"{s}_mask").to(device) for s in ("train", "val", "test")}
     path, root = cfg.dataset.get("path"), cfg.dataset["root"]
     source = os.path.join(root, path) if path and root else path or root
-    return Prepared(data, graph, data.feat.to(device), data.label.to(device), masks, device,
-                    data.fingerprint(), source or f"the {cfg.dataset['name']} graph")  # fmt: skip
+    name = source or f"the {cfg.dataset['name']} graph"
+    prep = Prepared(data, (src, dst, n), data.feat.to(device), data.label.to(device), masks,
+                    device, data.fingerprint(), name)  # fmt: skip
+    prep.graph(get_engine(engine).graph)  # built now: a bad graph fails before training
+    return prep
 
 
 def _loss(task: str, logits: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
@@ -164,9 +186,10 @@ def _seed_all(seed: int) -> None:
 
 @dataclasses.dataclass
 class _Run:
-    """What one run trains with; ``ctl`` is ``None`` for the exact run on dgl_rsc layers."""
+    """What one run trains with; ``ctl`` is ``None`` for the stock baseline."""
 
     model: torch.nn.Module
+    graph: object
     opt: torch.optim.Optimizer
     ctl: Optional[RSCController]
     ctx: contextlib.AbstractContextManager
@@ -179,23 +202,24 @@ class _Run:
 
 
 def _setup(cfg: RunConfig, prep: Prepared, method: str) -> _Run:
-    """Model, optimizer, controller, patch context and AMP of one run (seeded before)."""
+    """Model, optimizer, controller, patch context and AMP of one run (seeded before).
+
+    ``rsc`` and ``exact`` run on ``train.engine`` with a controller (the exact one switched to
+    the exact backward from step 0); ``stock`` on the stock engine without one."""
     t = cfg.train
+    engine = get_engine("stock" if method == "stock" else t.engine)
     params = {k: v for k, v in cfg.model.items() if k != "name"}
-    engine = "dgl-stock" if t.engine == "patch" else "rsc"
     in_feats, classes = prep.feat.shape[1], int(prep.data.num_classes)
-    model = build_model(cfg.model["name"], in_feats, classes, engine=engine, **params)
+    model = build_model(cfg.model["name"], in_feats, classes, engine=engine.name, **params)
     model = model.to(prep.device)
-    ctx = contextlib.nullcontext()
-    if t.engine == "patch":
+    ctl, ctx = None, contextlib.nullcontext()
+    if engine.approximates:
         rsc_cfg = cfg.rsc if method == "rsc" else RSCConfig(switch_at=0.0, total_steps=t.epochs)
-        ctl = RSCController(rsc_cfg)
-        ctx = patch(ctl)
-    elif method == "rsc":
-        ctl = attach(model, cfg.rsc)
-    else:
-        ctl = None
-        exact(model)
+        if engine.patched:
+            ctl = RSCController(rsc_cfg)
+            ctx = patch(ctl)
+        else:
+            ctl = attach(model, rsc_cfg)
     amp = t.amp if prep.device.type == "cuda" else "none"
     if t.amp != amp:
         log.warning("train.amp=%s ignored: AMP runs on CUDA only", t.amp)
@@ -203,57 +227,8 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str) -> _Run:
     if amp == "fp16":  # torch.cuda.amp.GradScaler is deprecated from torch 2.3 on
         new_api = _deps.TORCH_VERSION >= (2, 3)
         scaler = torch.amp.GradScaler("cuda") if new_api else torch.cuda.amp.GradScaler()
-    return _Run(model, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler)
-
-
-def _read_checkpoint(path: str, prep: Prepared, name: str, map_location=None) -> dict:
-    """:func:`load_checkpoint` of run ``name``'s checkpoint, made from this data."""
-    try:
-        state = load_checkpoint(path, map_location=map_location or prep.device)
-    except ValueError as exc:
-        raise ConfigError(
-            f"{exc}. Delete it to train {name} again from epoch 0 (--resume keeps the other "
-            "runs), or start a new run with --force or --out."
-        ) from None
-    extra = state["extra"]
-    if not isinstance(extra, dict) or not {"history", "best"} <= set(extra):
-        raise ConfigError(f"checkpoint {path} lacks the metrics of {name}; delete it to "
-                          "train that run again from epoch 0.")  # fmt: skip
-    _check_data(extra.get("data_sha256"), prep, f"checkpoint {path}")
-    return state
-
-
-def _check_data(saved: Optional[str], prep: Prepared, what: str) -> None:
-    """Refuse what was made from other data than ``prep`` holds (by sha256)."""
-    if saved is None:
-        log.warning("%s has no dataset hash (an older dgl-rsc wrote it): not checked", what)
-    elif saved != prep.fingerprint:
-        raise ConfigError(
-            f"{what} was made from other data than {prep.source} holds now (sha256 "
-            f"{saved[:12]}... then, {prep.fingerprint[:12]}... now): the dataset changed since "
-            "the run started. Restore the original data, or start a new run with --out."
-        )
-
-
-def _restore(run: _Run, state: dict, path: str, name: str) -> tuple:
-    """Load a checkpoint into ``run``; returns ``(history, best, rsc_stats)`` saved with it."""
-    try:
-        run.model.load_state_dict(state["model"])
-        run.opt.load_state_dict(state["optimizer"])
-        if run.ctl is not None and state["controller"] is not None:
-            run.ctl.load_state_dict(state["controller"])
-        if run.scaler is not None and state["scaler"] is not None:
-            run.scaler.load_state_dict(state["scaler"])
-        set_rng_state(state["rng"])
-    except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise ConfigError(
-            f"checkpoint {path} does not fit run {name} ({type(exc).__name__}: {first}); "
-            "the data or the model changed since it was written. Delete it to train the run "
-            "again, or start a new run with --out."
-        ) from None
-    extra = state["extra"]
-    return extra["history"], extra["best"], extra.get("rsc_stats")
+    graph = prep.graph(engine.graph)
+    return _Run(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler)
 
 
 def _sync(device: torch.device) -> None:
@@ -267,7 +242,7 @@ def _train_step(run: _Run, prep: Prepared) -> dict:
     run.model.train()
     t0 = time.perf_counter()
     with run.autocast():
-        logits = run.model(prep.graph, prep.feat)
+        logits = run.model(run.graph, prep.feat)
         loss = _loss(prep.data.task, logits[mask].float(), prep.label[mask])
     _sync(dev)
     t1 = time.perf_counter()
@@ -289,34 +264,6 @@ def _train_step(run: _Run, prep: Prepared) -> dict:
     t3 = time.perf_counter()
     return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,
             "backward_s": t2 - t1, "step_s": t3 - t2}  # fmt: skip
-
-
-def _stats(ctl: Optional[RSCController], base: Optional[dict]) -> Optional[dict]:
-    """The controller's stats plus ``base``, the counters saved before a resume."""
-    if ctl is None:
-        return None
-    now = json.loads(json.dumps(ctl.stats(), default=float))
-    if not base:
-        return now
-    out = _add_counters(base, now)
-    layers = base.get("layers") or []
-    out["layers"] = [_add_counters(layers[i] if i < len(layers) else {}, layer)
-                     for i, layer in enumerate(now["layers"])]  # fmt: skip
-    return out
-
-
-def _add_counters(base: dict, now: dict) -> dict:
-    out = dict(now)
-    for key in _COUNTERS:
-        if key in now and key in base:
-            out[key] = base[key] + now[key]
-    for key in ("rows", "k"):  # the last sample's size: from before the resume if none since
-        if key in out and out[key] is None:
-            out[key] = base.get(key)
-    exact = out.get("nnz_exact")
-    if "visited_fraction" in out:
-        out["visited_fraction"] = out["nnz_visited"] / exact if exact else 1.0
-    return out
 
 
 def _counters(ctl: Optional[RSCController]) -> tuple:
@@ -351,8 +298,8 @@ def train_one(
     history, best = [], {"epoch": 0, "val": -float("inf"), "test": None, "train": None}
     base = None  # the controller's counters before a resume
     if ckpt_path and os.path.exists(ckpt_path):
-        state = _read_checkpoint(ckpt_path, prep, name)
-        history, best, base = _restore(run, state, ckpt_path, name)
+        state = read_checkpoint(ckpt_path, prep, name)
+        history, best, base = restore(run, state, ckpt_path, name)
         log.info("%s: resumed after epoch %d", name, len(history))
     quiet = not progress or not sys.stderr.isatty() or bool(os.environ.get("CI"))
     bar = tqdm(total=t.epochs, initial=len(history), desc=f"{method} seed {seed}",
@@ -386,7 +333,7 @@ def train_one(
             bar.update(1)
             if ckpt_path and t.checkpoint_every and epoch % t.checkpoint_every == 0:
                 extra = {"history": history, "best": best, "data_sha256": prep.fingerprint,
-                         "rsc_stats": _stats(run.ctl, base)}  # fmt: skip
+                         "rsc_stats": merged_stats(run.ctl, base)}  # fmt: skip
                 save_checkpoint(ckpt_path, model=run.model, optimizer=run.opt, controller=run.ctl,
                                 scaler=run.scaler, epoch=epoch, extra=extra)  # fmt: skip
             if on_epoch_end is not None:
@@ -396,7 +343,7 @@ def train_one(
         "method": method, "seed": seed, "epochs": t.epochs, "amp": run.amp,
         "history": history, "best": best,
         "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
-        "rsc_stats": _stats(run.ctl, base), "data_sha256": prep.fingerprint,
+        "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,
     }  # fmt: skip
 
 
@@ -410,25 +357,9 @@ def _evaluate(run: _Run, prep: Prepared) -> dict:
 
     run.model.eval()
     with torch.no_grad(), run.autocast():
-        logits = run.model(prep.graph, prep.feat).float()
+        logits = run.model(run.graph, prep.feat).float()
     metric = prep.data.metric
     return {s: float(evaluate(metric, logits, prep.label, m)) for s, m in prep.masks.items()}
-
-
-def _read_record(path: str, prep: Prepared, name: str) -> dict:
-    """The record of finished run ``name``, checked to be one and made from this data."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            rec = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"the finished run record {path} is damaged ({type(exc).__name__}: "
-                          f"{exc}); delete it to train {name} again.") from None  # fmt: skip
-    keys = ("method", "seed", "history", "best", "final")
-    if not isinstance(rec, dict) or not all(k in rec for k in keys):
-        raise ConfigError(f"{path} is not a dgl-rsc run record (it lacks one of "
-                          f"{', '.join(keys)}); delete it to train {name} again.")  # fmt: skip
-    _check_data(rec.get("data_sha256"), prep, f"the finished run {path}")
-    return rec
 
 
 def run_experiment(
@@ -442,7 +373,7 @@ def run_experiment(
     ``out_dir/runs/`` and unfinished ones resume from ``out_dir/checkpoints/``. All of
     those files are checked before the first epoch trains. Each file is listed in the
     directory's manifest before it is written; records are strict JSON."""
-    plan = [(seed, method) for seed in cfg.train.seeds for method in cfg.methods]
+    plan = [(seed, method) for seed in cfg.train.seeds for method in methods(cfg)]
     paths = {
         (s, m): (os.path.join(out_dir, "runs", f"{m}-seed{s}.json"),
                  os.path.join(out_dir, "checkpoints", f"{m}-seed{s}.pt"))
@@ -452,9 +383,9 @@ def run_experiment(
     for (seed, method), (record, ckpt) in paths.items():
         name = f"{method}-seed{seed}"
         if os.path.exists(record):
-            done[seed, method] = _read_record(record, prep, name)
+            done[seed, method] = read_record(record, prep, name)
         elif os.path.exists(ckpt):
-            _read_checkpoint(ckpt, prep, name, map_location="cpu")  # loaded again on its turn
+            read_checkpoint(ckpt, prep, name, map_location="cpu")  # loaded again on its turn
     records = []
     for seed, method in plan:
         if (seed, method) not in done:

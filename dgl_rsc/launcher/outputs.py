@@ -1,0 +1,116 @@
+"""Where a run writes: the output directory checks (--out, --force, --resume) made before any
+data are loaded, and the command that continues an interrupted run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+
+from ..config import ConfigError
+from .checkpoint import MANIFEST, OUTPUTS, foreign_entries, manifest_files
+from .yaml_io import load_yaml
+
+__all__ = ["check_location", "output_dir", "resume_command", "some"]
+
+_SUBDIRS = ("runs", "checkpoints")
+
+
+def _fail(msg: str):
+    raise ConfigError(msg)
+
+
+def check_location(out: str, flag: str) -> None:
+    """``out`` is (or can become) a directory this process can write in."""
+    path = os.path.abspath(out)
+    if os.path.lexists(path) and not os.path.isdir(path):
+        _fail(f"{flag} {out} exists and is not a directory; choose a directory path.")
+    base = path
+    while not os.path.lexists(base):
+        base = os.path.dirname(base)
+    if not os.path.isdir(base):
+        _fail(f"{flag} {out} lies under {base}, which is not a directory; choose another path.")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dgl-rsc-probe-", dir=base)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as exc:
+        _fail(f"{flag} {out}: cannot write in {base} ({exc.strerror}); choose a writable path.")
+
+
+def some(names: list, limit: int = 8) -> str:
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def output_dir(args, cfg) -> str:
+    """Where the run writes; refuses an existing run directory unless --force/--resume,
+    and a non-empty directory that dgl-rsc did not write even with --force."""
+    if args.resume:
+        out = args.resume
+        if args.out and os.path.abspath(args.out) != os.path.abspath(out):
+            _fail(f"--out {args.out} and --resume {out} name different directories.")
+        check_location(out, "--resume")
+        saved = os.path.join(out, "config.yaml")
+        if not os.path.isfile(saved):
+            _fail(f"--resume {out}: no config.yaml there, so no run to resume.")
+        try:
+            before = load_yaml(saved)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"--resume {out}: the run's config.yaml is damaged ({exc}); it cannot be "
+                "resumed: start it again with --force or --out."
+            ) from None
+        before, now = _flatten(before), _flatten(cfg.to_dict())
+        diff = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+        if diff:
+            _fail(
+                f"--resume {out}: the config differs from the one the run started with at "
+                f"{', '.join(map(str, diff))}; resume with the same config and --set values."
+            )
+        return out
+    out = args.out or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
+    check_location(out, "--out")
+    if os.path.isdir(out) and os.listdir(out):
+        if not args.force:
+            _fail(
+                f"output directory '{out}' exists and is not empty; pass --force to replace "
+                f"its run, --resume {out} to continue it, or --out to choose another directory."
+            )
+        if manifest_files(out) is None:
+            _fail(
+                f"--force: '{out}' is not empty and has no readable {MANIFEST}, so it is not a "
+                f"directory dgl-rsc wrote (or an older version wrote it), and --force only "
+                f"removes dgl-rsc's own files. It holds {some(sorted(os.listdir(out)))}. "
+                "Choose a new or empty --out, or delete what you no longer need yourself."
+            )
+        clash = [e for e in foreign_entries(out) if OUTPUTS.fullmatch(e) or e in _SUBDIRS]
+        if clash:
+            _fail(
+                f"--force: '{out}' holds {some(clash)}, which its {MANIFEST} does not list "
+                "(dgl-rsc did not write them) and which this run would replace or read. Move "
+                "them away or choose another --out."
+            )
+    return out
+
+
+def _flatten(d, prefix="") -> dict:
+    """``{"train.lr": 0.01, ...}`` of a nested dict (lists compared as lists)."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out = {}
+    for key, value in d.items():
+        out.update(
+            _flatten(value, f"{prefix}{key}." if isinstance(value, dict) else f"{prefix}{key}")
+        )
+    return out
+
+
+def resume_command(prog: str, args, out: str) -> str:
+    """The full command that continues this run (the same config, --set and --device)."""
+    words = ["run", args.config, "--resume", out]
+    for item in args.sets:
+        words += ["--set", item]
+    if args.device:
+        words += ["--device", args.device]
+    return f"{prog} {shlex.join(words)}"
