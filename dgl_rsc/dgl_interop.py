@@ -13,7 +13,13 @@ import torch
 from .csr import CSR
 from .structure_cache import StructureCache
 
-__all__ = ["csr_from_sparse_matrix", "csr_from_graph_index", "csr_from_graph"]
+__all__ = [
+    "csr_from_sparse_matrix",
+    "csr_from_graph_index",
+    "csr_from_graph",
+    "has_in_csr",
+    "message_structure_of_dgl",
+]
 
 
 def csr_from_sparse_matrix(A, cache: Optional[StructureCache] = None) -> CSR:
@@ -54,6 +60,35 @@ def csr_from_graph_index(gidx, cache: Optional[StructureCache] = None):
         return build()
     key = ("csr", indptr.data_ptr(), indices.data_ptr(), nrows, ncols, indices.numel())
     return cache.get_by_key(key, (indptr, indices, eids), build)
+
+
+def has_in_csr(gidx) -> bool:
+    """``True`` when the graph index may hold its in-edge CSR (DGL's CSC), which DGL's
+    message passing then uses; a graph restricted to other formats (``g.formats("coo")``)
+    passes messages over its COO edges instead."""
+    formats = gidx.formats()
+    return "csc" in formats["created"] or "csc" in formats["not created"]
+
+
+def message_structure_of_dgl(g, cache: Optional[StructureCache] = None):
+    """``(A (N_dst, N_src), eids (nnz,) int64 or None)`` of a ``DGLGraph`` with one edge type
+    (see :func:`dgl_rsc.graph.message_structure`). A graph without an in-edge CSR is read
+    from its edges, in edge-id order (the order of DGL's COO kernel on one thread)."""
+    if len(g.canonical_etypes) != 1:
+        raise ValueError(
+            "dgl_rsc layers take graphs with one edge type; got edge types "
+            f"{g.canonical_etypes}. Use dgl.to_homogeneous(g) or dgl.nn.HeteroGraphConv."
+        )
+    if not has_in_csr(g._graph):
+        from .graph import csr_by_destination
+
+        def build():
+            src, dst = g.edges(order="eid")
+            return csr_by_destination(src, dst, g.num_src_nodes(), g.num_dst_nodes())
+
+        return cache.get(g, build) if cache is not None else build()
+    base, eids = csr_from_graph_index(g._graph, cache)
+    return base, None if eids is None else eids.long()
 
 
 def csr_from_graph(g, edge_weight: Optional[torch.Tensor] = None, cache=None) -> CSR:

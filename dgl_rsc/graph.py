@@ -1,5 +1,6 @@
 """``Graph``: a DGL-free homogeneous graph for the drop-in layers, and the one function that
-turns either a ``Graph`` or a ``DGLGraph`` into the message-passing adjacency.
+turns either a ``Graph`` or a ``DGLGraph`` into the message-passing adjacency
+(:func:`message_structure`).
 
 Messages flow ``src -> dst``; the adjacency is ``A (num_nodes, num_nodes)`` with
 ``A[v, u] = w_e`` for each edge ``e = (u -> v)``. Method names follow ``DGLGraph`` so that a
@@ -15,11 +16,33 @@ import torch
 from .csr import CSR
 from .structure_cache import StructureCache
 
-__all__ = ["Graph", "adjacency"]
+__all__ = ["Graph", "csr_by_destination", "message_structure"]
+
+
+def csr_by_destination(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+    """``(A (num_dst, num_src), eids (E,))``: the unweighted message-passing adjacency of the
+    edges ``src[e] -> dst[e]``, each row listing its in-edges in edge-id order (DGL's order),
+    and the edge id of each stored entry.
+
+    Example:
+        >>> import torch
+        >>> A, eids = csr_by_destination(torch.tensor([2, 0, 1]), torch.tensor([1, 0, 1]), 3, 2)
+        >>> A.indptr.tolist(), A.indices.tolist(), eids.tolist()
+        ([0, 1, 3], [0, 2, 1], [1, 0, 2])
+    """
+    src, dst = src.long(), dst.long()
+    eids = torch.argsort(dst, stable=True)
+    counts = torch.bincount(dst, minlength=num_dst)
+    indptr = torch.zeros(num_dst + 1, dtype=torch.long, device=dst.device)
+    torch.cumsum(counts, 0, out=indptr[1:])
+    return CSR(indptr, src[eids], None, (num_dst, num_src)), eids
 
 
 class Graph:
     """A homogeneous directed graph held as CSR by destination.
+
+    A row lists its in-edges in edge-id order, as DGL's in-edge CSR does, so that a sum over
+    in-edges adds the same numbers in the same order on a ``Graph`` and on a ``DGLGraph``.
 
     Args:
         src: ``(E,)`` int source node of each edge.
@@ -34,6 +57,7 @@ class Graph:
     """
 
     is_block = False
+    batch_size = 1
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_nodes: Optional[int] = None):
         if src.shape != dst.shape or src.dim() != 1:
@@ -45,12 +69,7 @@ class Graph:
             num_nodes = int(torch.cat([src, dst]).max()) + 1 if src.numel() else 0
         self.src, self.dst = src.long(), dst.long()
         self._n = int(num_nodes)
-        key = self.dst * max(self._n, 1) + self.src
-        self._eids = torch.argsort(key, stable=True)  # edge id of each stored entry
-        counts = torch.bincount(self.dst, minlength=self._n)
-        indptr = torch.zeros(self._n + 1, dtype=torch.long, device=src.device)
-        torch.cumsum(counts, 0, out=indptr[1:])
-        self.adj = CSR(indptr, self.src[self._eids], None, (self._n, self._n))
+        self.adj, self._eids = csr_by_destination(self.src, self.dst, self._n, self._n)
         self._out_degrees: Optional[torch.Tensor] = None  # computed on first use, then kept
 
     @classmethod
@@ -67,6 +86,10 @@ class Graph:
 
     def num_edges(self) -> int:
         return self.src.numel()
+
+    def batch_num_nodes(self) -> torch.Tensor:
+        """``(1,)`` int64: one graph of ``N`` nodes (``DGLGraph``'s batch API)."""
+        return torch.tensor([self._n], device=self.device)
 
     @property
     def device(self) -> torch.device:
@@ -101,27 +124,23 @@ class Graph:
             )
         return self.adj.with_values(edge_weight.reshape(-1)[self._eids])
 
+    def edge_ids(self) -> torch.Tensor:
+        """``(E,)`` int64 edge id of every stored entry of :attr:`adj`."""
+        return self._eids
+
     def __repr__(self) -> str:
         return f"Graph(num_nodes={self._n}, num_edges={self.num_edges()}, device={self.device})"
 
 
-def adjacency(graph, edge_weight=None, cache: Optional[StructureCache] = None) -> CSR:
-    """The message-passing adjacency of a ``Graph`` or a homogeneous ``DGLGraph``."""
+def message_structure(graph, cache: Optional[StructureCache] = None):
+    """``(A, eids)``: the unweighted message-passing adjacency ``A (N_dst, N_src)`` of a
+    ``Graph`` or of a ``DGLGraph`` with one edge type (blocks and bipartite graphs included),
+    and ``eids (nnz,)`` int64, the edge id of each stored entry (``None`` when identity)."""
     if isinstance(graph, Graph):
-        return graph.adjacency(edge_weight)
+        return graph.adj, graph.edge_ids()
     from . import _deps
 
     _deps.require_dgl()
-    from .dgl_interop import csr_from_graph
+    from .dgl_interop import message_structure_of_dgl
 
-    if len(graph.canonical_etypes) != 1:
-        raise ValueError(
-            "dgl_rsc layers take homogeneous graphs (one edge type); got edge types "
-            f"{graph.canonical_etypes}. Use dgl.to_homogeneous(g) first."
-        )
-    if edge_weight is not None and edge_weight.shape[0] != graph.num_edges():
-        raise ValueError(
-            f"edge_weight has {edge_weight.shape[0]} entries but the graph has "
-            f"{graph.num_edges()} edges."
-        )
-    return csr_from_graph(graph, edge_weight, cache)
+    return message_structure_of_dgl(graph, cache)

@@ -4,21 +4,35 @@ Inside the block, these DGL entry points are replaced:
 
 - ``dgl.sparse.spmm``, ``dgl.sparse.matmul`` and ``SparseMatrix.__matmul__`` with a dense
   right operand (and the module-level ``spmm`` that ``matmul`` calls);
-- the SpMM behind message passing, ``dgl.ops.spmm.gspmm_internal``, for homogeneous graphs
-  with ``copy_u`` or ``u_mul_e`` (scalar edge weight) messages and ``sum`` or ``mean``
-  reduction -- what ``dgl.nn.GraphConv``, ``SAGEConv`` (mean, gcn) and ``GCN2Conv`` use.
+- the SpMM behind message passing, ``dgl.ops.spmm.gspmm_internal``, for graphs with one
+  edge type (bipartite graphs and blocks included) with ``copy_u`` or ``u_mul_e`` (one
+  weight per edge) messages and ``sum`` or ``mean`` reduction -- what ``dgl.nn.GraphConv``,
+  ``SAGEConv`` (mean, gcn), ``GCN2Conv``, ``ChebConv``, ``GINConv`` and single-head
+  ``GATConv`` use.
 
-Every other call passes through to DGL unchanged. The i-th approximated product of a
-training step is layer i of the controller; call ``rsc.step()`` once per optimizer step.
-Products under ``torch.no_grad()`` (evaluation) do no sampling work. On exit -- normal or by
-an exception -- every original symbol is put back. Patches do not nest: entering a second
-one while one is active raises ``RuntimeError`` (one controller must own layer identity).
+A call is taken over only when the engine computes it exactly as DGL does (on the CPU: the
+same numbers, bit for bit): floating features that need a gradient (fp32/fp64 on the CPU,
+where DGL computes bf16 in bf16 and refuses fp16), matching dtypes and devices, a non-empty
+product, a graph that may hold its in-edge CSR. Every other call -- per-feature edge
+weights, multi-head attention ``(E, H, 1)`` with ``H > 1``, ``max``/``min``, empty relations,
+graphs restricted to COO (``g.formats("coo")``), evaluation under ``torch.no_grad()`` --
+passes through to DGL unchanged, DGL's errors included. A ``SparseMatrix`` is multiplied
+through its CSR (``A.csr()``, which DGL then keeps), as DGL does once a matrix has it; DGL
+multiplies a matrix held only as COO edge by edge, with atomic adds across threads, which
+agrees to rounding only. Under CUDA autocast the operands are cast as DGL casts them.
+
+The i-th approximated product of a training step is layer i of the controller; call
+``rsc.step()`` once per optimizer step. Products under ``torch.no_grad()`` (evaluation) do
+no sampling work. On exit -- normal or by an exception -- every original symbol is put back.
+Patches do not nest: entering a second one while one is active raises ``RuntimeError`` (one
+controller must own layer identity).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 from typing import Iterator, Union
 
 import torch
@@ -26,7 +40,7 @@ import torch
 from . import _deps
 from .config import RSCConfig
 from .controller import RSCController
-from .dgl_interop import csr_from_graph_index, csr_from_sparse_matrix
+from .dgl_interop import csr_from_graph_index, csr_from_sparse_matrix, has_in_csr
 from .spmm import spmm_matrix
 
 __all__ = ["patch", "is_patched", "patched_symbols"]
@@ -58,14 +72,70 @@ def is_patched() -> bool:
     return getattr(_module("dgl.sparse").spmm, _MARK, False)
 
 
+#: dtypes the product engine computes exactly as DGL does, per device type (on the CPU DGL
+#: computes bf16 in bf16 and refuses fp16, while the engine computes both in fp32: those
+#: calls go to DGL)
+_DTYPES = {
+    "cpu": (torch.float32, torch.float64),
+    "cuda": (torch.float16, torch.bfloat16, torch.float32, torch.float64),
+}
+
+
 def _wants_rsc(X) -> bool:
+    """``X`` is a non-empty dense operand that needs a gradient and that the engine takes."""
     return (
         isinstance(X, torch.Tensor)
-        and X.is_floating_point()
+        and X.dtype in _DTYPES.get(X.device.type, ())
         and X.requires_grad
         and torch.is_grad_enabled()
         and X.dim() >= 1
+        and X.numel() > 0
     )
+
+
+def _sparse_product(A, X, rsc: RSCController):
+    """RSC's ``A @ X`` for a ``SparseMatrix`` with scalar values, or ``None`` when the call
+    is not one the engine computes exactly as ``dgl.sparse.spmm`` (DGL then handles it,
+    errors included)."""
+    if not (
+        _wants_rsc(X)
+        and X.dim() <= 2
+        and A.val.dim() == 1
+        and A.val.dtype == X.dtype
+        and A.val.device == X.device
+        and A.shape[1] == X.shape[0]
+        and A.nnz > 0
+    ):
+        return None
+    return spmm_matrix(csr_from_sparse_matrix(A, rsc.structures), X, rsc)
+
+
+def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController):
+    """RSC's ``gspmm`` for ``copy_u``/``u_mul_e`` (one weight per edge) with ``sum`` on one
+    edge type, or ``None`` for any other call (DGL then handles it)."""
+    if reduce_op != "sum" or op not in ("copy_lhs", "mul") or gidx.number_of_etypes() != 1:
+        return None
+    if not _wants_rsc(lhs) or gidx.num_edges(0) == 0 or not has_in_csr(gidx):
+        return None
+    num_edges = gidx.num_edges(0)
+    if op == "mul" and not (
+        isinstance(rhs, torch.Tensor)
+        and rhs.dtype == lhs.dtype
+        and rhs.device == lhs.device
+        and rhs.dim() <= lhs.dim()
+        and rhs.shape[0] == num_edges
+        and rhs.numel() == num_edges
+    ):
+        return None
+    A, eids = csr_from_graph_index(gidx, rsc.structures)
+    if lhs.shape[0] != A.shape[1] or lhs.device != A.device:
+        return None
+    if op == "mul":
+        w = rhs.reshape(num_edges)
+        A = A.with_values(w if eids is None else w[eids.long()])
+    tail = tuple(lhs.shape[1:])
+    out = spmm_matrix(A, lhs.reshape(lhs.shape[0], math.prod(tail)), rsc)
+    return out.reshape((A.shape[0],) + tail)
 
 
 def _make_wrappers(rsc: RSCController, originals: dict):
@@ -74,11 +144,11 @@ def _make_wrappers(rsc: RSCController, originals: dict):
     orig_matmul = originals[(sp_mod, "matmul")]
     orig_gspmm = originals[(_module("dgl.ops.spmm"), "gspmm_internal")]
     SparseMatrix = _module("dgl.sparse").SparseMatrix
+    dgl_autocast = _module("dgl.backend.pytorch.sparse")
 
     def spmm(A, X):
-        if isinstance(A, SparseMatrix) and A.val.dim() == 1 and _wants_rsc(X) and X.dim() <= 2:
-            return spmm_matrix(csr_from_sparse_matrix(A, rsc.structures), X, rsc)
-        return orig_spmm(A, X)
+        out = _sparse_product(A, X, rsc) if isinstance(A, SparseMatrix) else None
+        return orig_spmm(A, X) if out is None else out
 
     def matmul(A, B):
         if isinstance(A, SparseMatrix) and isinstance(B, torch.Tensor):
@@ -86,33 +156,17 @@ def _make_wrappers(rsc: RSCController, originals: dict):
         return orig_matmul(A, B)
 
     def gspmm_internal(gidx, op, reduce_op, lhs_data, rhs_data):
-        if (
-            reduce_op == "sum"
-            and gidx.number_of_etypes() == 1
-            and _wants_rsc(lhs_data)
-            and (op == "copy_lhs" or (op == "mul" and _scalar_edge(rhs_data, gidx)))
-        ):
-            base, eids = csr_from_graph_index(gidx, rsc.structures)
-            A = base
-            if op == "mul":
-                w = rhs_data.reshape(-1)
-                A = base.with_values(w if eids is None else w[eids.long()])
-            flat = lhs_data.reshape(lhs_data.shape[0], -1)
-            out = spmm_matrix(A, flat, rsc)
-            return out.reshape((A.shape[0],) + tuple(lhs_data.shape[1:]))
-        return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
+        if torch.is_autocast_enabled():  # DGL computes in the autocast dtype: so do we
+            args = dgl_autocast._cast_if_autocast_enabled(lhs_data, rhs_data)
+            with dgl_autocast._disable_autocast_if_enabled():
+                out = _message_product(gidx, op, reduce_op, *args, rsc)
+        else:
+            out = _message_product(gidx, op, reduce_op, lhs_data, rhs_data, rsc)
+        return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data) if out is None else out
 
     for f in (spmm, matmul, gspmm_internal):
         setattr(f, _MARK, True)
     return spmm, matmul, gspmm_internal
-
-
-def _scalar_edge(rhs, gidx) -> bool:
-    return (
-        isinstance(rhs, torch.Tensor)
-        and rhs.is_floating_point()
-        and rhs.numel() == gidx.num_edges(0)
-    )
 
 
 @contextlib.contextmanager

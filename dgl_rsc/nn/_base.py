@@ -1,19 +1,28 @@
-"""What every drop-in RSC layer shares: its controller slot and the approximated aggregation."""
+"""What every drop-in RSC layer shares: its controller slots and the approximated aggregation."""
 
 from __future__ import annotations
 
+import math
+import warnings
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..config import RSCConfig
 from ..controller import RSCController
-from ..graph import adjacency
+from ..graph import message_structure
 from ..spmm import spmm_matrix
 from ..structure_cache import StructureCache
+from .errors import layer_error
+from .messages import feature_weighted_sum, resolve_edge_weight
 
-__all__ = ["RSCLayer", "check_in_degrees", "ZERO_IN_DEGREE_MESSAGE"]
+__all__ = [
+    "RSCLayer",
+    "check_in_degrees",
+    "expand_as_pair",
+    "ZERO_IN_DEGREE_MESSAGE",
+    "UNATTACHED_MESSAGE",
+]
 
 ZERO_IN_DEGREE_MESSAGE = (
     "There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This "
@@ -24,67 +33,130 @@ ZERO_IN_DEGREE_MESSAGE = (
     "check and let the code run."
 )
 
+UNATTACHED_MESSAGE = (
+    "{name} is not attached to an RSC controller, so its backward is exact (no RSC). Attach "
+    "the model's layers with `rsc = dgl_rsc.nn.attach(model, budget=0.1, total_steps=...)` "
+    "and call `rsc.step()` after each optimizer step; `dgl_rsc.nn.exact(model)` chooses the "
+    "exact backward without this warning."
+)
+
 
 def check_in_degrees(graph) -> None:
-    """Raise ``ValueError`` (DGL raises ``DGLError``) when a node has no in-edges."""
+    """Raise :class:`~dgl_rsc.nn.RSCLayerError` (a ``dgl.DGLError`` with DGL) when a node has
+    no in-edges."""
     if bool((graph.in_degrees() == 0).any()):
-        raise ValueError(ZERO_IN_DEGREE_MESSAGE)
+        raise layer_error(ZERO_IN_DEGREE_MESSAGE)
+
+
+def expand_as_pair(feat, graph):
+    """``(feat_src, feat_dst)`` as DGL's ``expand_as_pair``: a pair as given; on a block the
+    destination features are the first ``N_dst`` rows of ``feat``; else ``feat`` twice."""
+    if isinstance(feat, tuple):
+        return feat
+    if getattr(graph, "is_block", False):
+        return feat, feat[: graph.num_dst_nodes()]
+    return feat, feat
 
 
 class RSCLayer(nn.Module):
     """Base of the drop-in convolutions.
 
-    A layer is driven by the controller it is attached to (:func:`dgl_rsc.nn.attach`), as
-    layer ``rsc_index`` of it. A layer that is not attached makes a private controller with
-    the default :class:`~dgl_rsc.RSCConfig` and counts one step per training forward.
+    A layer runs :attr:`rsc_products` approximated sparse products per forward; product
+    ``j`` is driven by slot ``rsc_index + j`` of the controller the layer is attached to
+    (:func:`dgl_rsc.nn.attach` gives the layers of a model consecutive slots in module
+    order). A layer that was never attached computes the exact backward and warns once
+    (a training forward of an unattached layer almost always means a forgotten ``attach``);
+    :func:`dgl_rsc.nn.exact` asks for the exact backward without the warning.
     """
+
+    #: approximated sparse products per forward, each with its own controller slot
+    rsc_products: int = 1
 
     def __init__(self):
         super().__init__()
         self._rsc_ctl: Optional[RSCController] = None
         self._rsc_index = 0
-        self._rsc_private = False
-        self._rsc_seen = False
-        self._rsc_exact = False
+        self._rsc_mode = "unattached"  # "attached" | "exact" | "unattached"
+        self._rsc_warned = False
         self._rsc_structures: Optional[StructureCache] = None
 
+    # -- attachment -------------------------------------------------------------------
     def rsc_attach(self, controller: RSCController, index: int) -> None:
-        """Make this layer layer ``index`` of ``controller``."""
-        self._rsc_ctl, self._rsc_index, self._rsc_private = controller, index, False
-        self._rsc_exact = False
+        """Drive product ``j`` of this layer by slot ``index + j`` of ``controller``."""
+        self.clear_cache()
+        self._rsc_ctl, self._rsc_index, self._rsc_mode = controller, int(index), "attached"
 
     def rsc_exact(self) -> None:
-        """Use the exact backward (no controller, no sampling), like the DGL layer."""
-        self._rsc_ctl, self._rsc_index, self._rsc_private = None, 0, False
-        self._rsc_exact = True
+        """Use the exact backward (no controller, no sampling, no warning)."""
+        self.clear_cache()
+        self._rsc_ctl, self._rsc_index, self._rsc_mode = None, 0, "exact"
 
-    def rsc_controller(self) -> RSCController:
-        """The controller driving this layer (a private one is made on first use)."""
-        if self._rsc_ctl is None:
-            self._rsc_ctl = RSCController(RSCConfig())
-            self._rsc_index, self._rsc_private = 0, True
+    def rsc_controller(self) -> Optional[RSCController]:
+        """The controller driving this layer, or ``None`` (exact backward)."""
         return self._rsc_ctl
 
-    def _aggregate(self, graph, feat: torch.Tensor, edge_weight=None, **scales) -> torch.Tensor:
-        """``(N_dst, *F)`` sum over in-edges of ``w_e * feat[src]``; backward approximated.
+    def rsc_slots(self) -> range:
+        """The controller slots of this layer's products (empty when not attached)."""
+        if self._rsc_ctl is None:
+            return range(0)
+        return range(self._rsc_index, self._rsc_index + self.rsc_products)
 
-        ``scales``: ``row_scale``/``row_divide``, ``col_scale`` and ``score_col_scale`` of
+    def clear_cache(self) -> None:
+        """Drop RSC's cached row samples of this layer's products (called by
+        ``reset_parameters``: new weights make the old samples stale)."""
+        if self._rsc_ctl is not None:
+            states = self._rsc_ctl.layers
+            for i in self.rsc_slots():
+                if i < len(states):  # a slot that never ran has no state to clear
+                    states[i].clear_cache()
+        self._rsc_structures = None
+
+    # -- the aggregation --------------------------------------------------------------
+    def _aggregate(
+        self, graph, feat: torch.Tensor, edge_weight=None, *, slot: int = 0, **scales
+    ) -> torch.Tensor:
+        """``(N_dst, *F)`` sum over in-edges of ``w_e * feat[src]`` (DGL's ``copy_u`` /
+        ``u_mul_e`` with ``sum``); the backward of product ``slot`` approximated by RSC.
+
+        ``feat``: ``(N_src, *F)``. ``edge_weight``: ``(E,)``, ``(E, 1)`` or per feature
+        ``(E, *W)`` (then computed exactly, see :mod:`dgl_rsc.nn.messages`). ``scales``:
+        ``row_scale``/``row_divide``, ``col_scale`` and ``score_col_scale`` of
         :func:`dgl_rsc.spmm.spmm_matrix` (the layer's normalization, fused into the product).
         """
-        if self._rsc_exact:
-            if self._rsc_structures is None:
-                self._rsc_structures = StructureCache()
-            A = adjacency(graph, edge_weight, self._rsc_structures)
-            out = spmm_matrix(A, feat.reshape(feat.shape[0], -1), None, **scales)
-            return out.reshape((A.shape[0],) + tuple(feat.shape[1:]))
-        ctl = self.rsc_controller()
-        grad = torch.is_grad_enabled() and feat.requires_grad
-        if self._rsc_private and self.training and grad:
-            if self._rsc_seen:
-                ctl.step()
-            self._rsc_seen = True
-        A = adjacency(graph, edge_weight, ctl.structures)
-        flat = feat.reshape(feat.shape[0], -1)
-        state = ctl.layer(self._rsc_index) if grad else None
-        out = spmm_matrix(A, flat, state, **scales)
-        return out.reshape((A.shape[0],) + tuple(feat.shape[1:]))
+        if not 0 <= slot < self.rsc_products:
+            raise IndexError(
+                f"slot {slot} is out of range: {type(self).__name__} declares "
+                f"rsc_products={self.rsc_products}."
+            )
+        A, eids = message_structure(graph, self._structures())
+        if feat.dim() == 0 or feat.shape[0] != A.shape[1]:
+            raise layer_error(
+                f"feat has shape {tuple(feat.shape)} but the graph has {A.shape[1]} source "
+                f"nodes; node features must be ({A.shape[1]}, D)."
+            )
+        weights = resolve_edge_weight(edge_weight, graph.num_edges(), feat)
+        if weights.per_feature:
+            return feature_weighted_sum(A, eids, feat, weights, **scales)
+        if weights.values is not None:
+            A = A.with_values(weights.values if eids is None else weights.values[eids])
+        flat = feat.reshape(feat.shape[0], math.prod(feat.shape[1:]))
+        out = spmm_matrix(A, flat, self._backward_state(slot, feat, A), **scales)
+        return out.reshape((A.shape[0],) + weights.out_tail)
+
+    def _structures(self) -> StructureCache:
+        if self._rsc_ctl is not None:
+            return self._rsc_ctl.structures
+        if self._rsc_structures is None:
+            self._rsc_structures = StructureCache()
+        return self._rsc_structures
+
+    def _backward_state(self, slot: int, feat: torch.Tensor, A):
+        """The controller slot that approximates this product's backward, or ``None``."""
+        if not (torch.is_grad_enabled() and feat.requires_grad) or A.nnz == 0:
+            return None
+        if self._rsc_mode == "attached":
+            return self._rsc_ctl.layer(self._rsc_index + slot)
+        if self._rsc_mode == "unattached" and not self._rsc_warned:
+            self._rsc_warned = True
+            warnings.warn(UNATTACHED_MESSAGE.format(name=type(self).__name__), stacklevel=3)
+        return None

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ._base import RSCLayer, check_in_degrees
+from .errors import layer_error
 
 __all__ = ["GCN2Conv"]
 
@@ -19,7 +20,25 @@ class GCN2Conv(RSCLayer):
     adjacency, ``a = alpha``, ``b = log(lambda_ / layer + 1)``.
 
     Shapes:
-        ``forward(graph, feat (N, D), feat_0 (N, D), edge_weight (E,) =None) -> (N, D)``.
+        ``forward(graph, feat (N, D), feat_0 (N, D), edge_weight (E,) =None) -> (N, D)``;
+        ``edge_weight`` is normalized like DGL's ``EdgeWeightNorm("both")`` (positive,
+        one number per edge).
+
+    Raises:
+        RSCLayerError: (a ``dgl.DGLError`` with DGL) for zero-in-degree nodes without
+            ``allow_zero_in_degree``, and for edge weights that are not ``(E,)`` or not
+            positive.
+
+    The layer must be attached (:func:`dgl_rsc.nn.attach`) for RSC to approximate its
+    backward; unattached it computes the exact backward and warns once.
+
+    Example:
+        >>> import torch
+        >>> from dgl_rsc.graph import Graph
+        >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
+        >>> x = torch.randn(3, 4)
+        >>> GCN2Conv(4, layer=1)(g, x, x).shape
+        torch.Size([3, 4])
     """
 
     def __init__(
@@ -52,15 +71,30 @@ class GCN2Conv(RSCLayer):
             self.register_parameter("bias", None)
         self.reset_parameters()
 
+    @classmethod
+    def from_dgl(cls, conv) -> GCN2Conv:
+        """A ``GCN2Conv`` with the options of ``dgl.nn.GCN2Conv`` ``conv`` (its ``beta``
+        included; parameters are carried over by :func:`dgl_rsc.nn.convert`)."""
+        new = cls(
+            conv._in_feats,
+            layer=1,
+            alpha=conv.alpha,
+            project_initial_features=conv._project_initial_features,
+            allow_zero_in_degree=conv._allow_zero_in_degree,
+            bias=conv._bias,
+            activation=conv._activation,
+        )
+        new.beta = conv.beta
+        return new
+
     def reset_parameters(self):
-        """Normal-initialized weights, zero bias (as DGL); drops RSC's cached sample."""
+        """Normal-initialized weights, zero bias (as DGL); drops RSC's cached samples."""
         nn.init.normal_(self.weight1)
         if not self._project_initial_features:
             nn.init.normal_(self.weight2)
         if self._bias:
             nn.init.zeros_(self.bias)
-        if self._rsc_ctl is not None:
-            self._rsc_ctl.layer(self._rsc_index).clear_cache()
+        self.clear_cache()
 
     def set_allow_zero_in_degree(self, set_value):
         self._allow_zero_in_degree = set_value
@@ -94,27 +128,36 @@ class GCN2Conv(RSCLayer):
 
 
 def _both_norm(graph, edge_weight):
-    """DGL's ``EdgeWeightNorm("both")``: ``w_uv * sum_out(u)^-1/2 * sum_in(v)^-1/2``."""
+    """DGL's ``EdgeWeightNorm("both")``: ``sum_out(u)^-1/2 * sum_in(v)^-1/2 * w_uv``, with
+    the sums taken in DGL's order (each node's edges by edge id) and the products in DGL's
+    order, so that the result is bit-identical."""
     if edge_weight.dim() > 1:
-        raise ValueError(
-            "GCN2Conv normalizes scalar edge weights only; got shape "
-            f"{tuple(edge_weight.shape)}."
+        raise layer_error(
+            "Currently the normalization is only defined on scalar edge weight: GCN2Conv "
+            f"takes edge_weight of shape (E,), got {tuple(edge_weight.shape)}. Reshape it "
+            "with edge_weight.reshape(-1) if it holds one number per edge."
         )
     if bool((edge_weight <= 0).any()):
-        raise ValueError(
-            'Non-positive edge weight detected with norm="both": the square '
-            "root of zero or a negative number is undefined."
+        raise layer_error(
+            'Non-positive edge weight detected with norm="both": the square root of zero or '
+            "a negative number is undefined. Pass positive edge weights."
         )
     src, dst = _edges(graph)
-    n = graph.num_nodes()
+    if src.numel() != edge_weight.shape[0]:
+        raise layer_error(
+            f"edge_weight has {edge_weight.shape[0]} entries but the graph has "
+            f"{src.numel()} edges."
+        )
     w = edge_weight
-    out_sum = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, src, w)
-    in_sum = torch.zeros(n, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
-    return w * out_sum.pow(-0.5)[src] * in_sum.pow(-0.5)[dst]
+    by_src = torch.argsort(src, stable=True)
+    by_dst = torch.argsort(dst, stable=True)
+    out_sum = w.new_zeros(graph.num_src_nodes()).index_add_(0, src[by_src], w[by_src])
+    in_sum = w.new_zeros(graph.num_dst_nodes()).index_add_(0, dst[by_dst], w[by_dst])
+    return torch.pow(out_sum, -0.5)[src] * torch.pow(in_sum, -0.5)[dst] * w
 
 
 def _edges(graph):
-    """``(src, dst)`` int64 of a ``Graph`` or ``DGLGraph``."""
+    """``(src, dst)`` int64 of a ``Graph`` or ``DGLGraph``, in edge-id order."""
     if hasattr(graph, "src") and hasattr(graph, "dst"):
         return graph.src, graph.dst
     src, dst = graph.edges()

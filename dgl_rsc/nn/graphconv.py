@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._base import RSCLayer, check_in_degrees
+from ._base import RSCLayer, check_in_degrees, expand_as_pair
+from .errors import layer_error
+from .messages import broadcast_to_rows
 
 __all__ = ["GraphConv"]
 
@@ -30,8 +32,28 @@ class GraphConv(RSCLayer):
         allow_zero_in_degree: skip the zero-in-degree check.
 
     Shapes:
-        ``forward(graph, feat (N, D_in) or pair, weight=None, edge_weight (E,) =None)``
-        -> ``(N_dst, D_out)``.
+        ``forward(graph, feat, weight=None, edge_weight=None) -> (N_dst, D_out)`` with
+        ``feat`` ``(N, D_in)``, a pair ``((N_src, D_in), (N_dst, D_in))`` for a bipartite
+        graph, or ``(N_src, D_in)`` for a block (its first ``N_dst`` rows are the
+        destination nodes, as in DGL); ``weight (D_in, D_out)`` when built with
+        ``weight=False``; ``edge_weight`` ``(E,)`` or ``(E, 1)`` (approximated), or per
+        feature ``(E, D)`` with ``D`` the message width (computed exactly, not approximated).
+
+    Raises:
+        RSCLayerError: (also a ``dgl.DGLError`` when DGL is installed) where DGL's layer
+            raises ``DGLError``: zero-in-degree nodes without ``allow_zero_in_degree``, an
+            external weight next to the module's own, an invalid ``norm``.
+
+    The layer must be attached (:func:`dgl_rsc.nn.attach`) for RSC to approximate its
+    backward; unattached it computes the exact backward and warns once.
+
+    Example:
+        >>> import torch
+        >>> from dgl_rsc.graph import Graph
+        >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
+        >>> conv = GraphConv(4, 2)
+        >>> conv(g, torch.randn(3, 4)).shape
+        torch.Size([3, 2])
     """
 
     def __init__(
@@ -46,7 +68,7 @@ class GraphConv(RSCLayer):
     ):
         super().__init__()
         if norm not in NORMS:
-            raise ValueError(
+            raise layer_error(
                 f'Invalid norm value. Must be either "none", "both", "right" or "left". But '
                 f'got "{norm}".'
             )
@@ -65,14 +87,27 @@ class GraphConv(RSCLayer):
         self.reset_parameters()
         self._activation = activation
 
+    @classmethod
+    def from_dgl(cls, conv) -> GraphConv:
+        """A ``GraphConv`` with the options of ``dgl.nn.GraphConv`` ``conv`` (parameters are
+        carried over by :func:`dgl_rsc.nn.convert`)."""
+        return cls(
+            conv._in_feats,
+            conv._out_feats,
+            norm=conv._norm,
+            weight=conv.weight is not None,
+            bias=conv.bias is not None,
+            activation=conv._activation,
+            allow_zero_in_degree=conv._allow_zero_in_degree,
+        )
+
     def reset_parameters(self):
-        """Glorot-uniform ``W``, zero ``b``; drops RSC's cached sample too."""
+        """Glorot-uniform ``W``, zero ``b``; drops RSC's cached samples too."""
         if self.weight is not None:
             nn.init.xavier_uniform_(self.weight)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
-        if self._rsc_ctl is not None:
-            self._rsc_ctl.layer(self._rsc_index).clear_cache()
+        self.clear_cache()
 
     def set_allow_zero_in_degree(self, set_value):
         self._allow_zero_in_degree = set_value
@@ -80,10 +115,7 @@ class GraphConv(RSCLayer):
     def forward(self, graph, feat, weight=None, edge_weight=None):
         if not self._allow_zero_in_degree:
             check_in_degrees(graph)
-        if isinstance(feat, tuple):
-            feat_src, feat_dst = feat
-        else:
-            feat_src = feat_dst = feat
+        feat_src, feat_dst = expand_as_pair(feat, graph)
         col = row = None
         if self._norm in ("left", "both"):
             degs = graph.out_degrees().to(feat_src).clamp(min=1)
@@ -93,7 +125,7 @@ class GraphConv(RSCLayer):
             row = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
         if weight is not None:
             if self.weight is not None:
-                raise ValueError(
+                raise layer_error(
                     "External weight is provided while at the same time the module has "
                     "defined its own weight parameter. Please create the module with flag "
                     "weight=False."
@@ -107,7 +139,7 @@ class GraphConv(RSCLayer):
         fused = {"row_scale": None if after else row}
         if before:
             if col is not None:
-                feat_src = feat_src * _bcast(col, feat_src)
+                feat_src = feat_src * broadcast_to_rows(col, feat_src)
             feat_src = torch.matmul(feat_src, weight)
             fused["score_col_scale"] = col
         else:
@@ -116,7 +148,7 @@ class GraphConv(RSCLayer):
         if after:
             rst = torch.matmul(rst, weight)
             if row is not None:
-                rst = rst * _bcast(row, feat_dst)
+                rst = rst * broadcast_to_rows(row, feat_dst)
         if self.bias is not None:
             rst = rst + self.bias
         if self._activation is not None:
@@ -128,8 +160,3 @@ class GraphConv(RSCLayer):
         if "_activation" in self.__dict__:
             summary += ", activation={_activation}"
         return summary.format(**self.__dict__)
-
-
-def _bcast(norm: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``norm (N,)`` reshaped to broadcast over ``like (N, *)``."""
-    return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
