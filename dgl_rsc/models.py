@@ -26,7 +26,7 @@ from torch import nn
 from .config import ConfigError, unknown_key_message
 from .engines import conv_classes
 
-__all__ = ["GCN", "SAGE", "GCNII", "MODELS", "build_model", "model_params"]
+__all__ = ["GCN", "SAGE", "GCNII", "ResGCN", "MODELS", "build_model", "model_params"]
 
 #: Constructor arguments that the launcher fills from the data, not from the config.
 DATA_ARGS = ("in_feats", "num_classes", "engine")
@@ -182,7 +182,61 @@ class GCNII(nn.Module):
         return self.lin_out(self.dropout(h))
 
 
-MODELS = {"gcn": GCN, "sage": SAGE, "gcn2": GCNII}
+class ResGCN(nn.Module):
+    """GCN in residual blocks with layer normalization and a feed-forward module: the GCN
+    baseline of Platonov et al. (ICLR 2023, "A critical look at the evaluation of GNNs under
+    heterophily"), which reaches about 83.6 ROC-AUC on tolokers.
+
+    ``h = GELU(Dropout(W_in x))``; each block ``h = h + FFN(Â LayerNorm(h))`` with ``Â`` the
+    symmetric-normalized adjacency without self-loops (``GraphConv(norm="both",
+    weight=False)``, whose aggregation RSC approximates) and ``FFN = Dropout(W2 GELU(Dropout(W1
+    .)))``; the output is ``W_out LayerNorm(h)``.
+
+    Shapes:
+        ``forward(graph, feat (N, F)) -> (N, C)``.
+    """
+
+    SELF_LOOPS = False
+
+    def __init__(
+        self,
+        in_feats: int,
+        num_classes: int,
+        hidden: int = 512,
+        layers: int = 3,
+        dropout: float = 0.2,
+        ffn_multiplier: int = 1,
+        engine: str = "native",
+    ):
+        super().__init__()
+        _check("layers", layers, 1)
+        _check("hidden", hidden, 1)
+        _check("ffn_multiplier", ffn_multiplier, 1)
+        _check("dropout", dropout, 0.0, 1.0, float)
+        conv = conv_classes(engine).GraphConv
+        width = hidden * ffn_multiplier
+        self.lin_in = nn.Linear(in_feats, hidden)
+        self.norms = nn.ModuleList(nn.LayerNorm(hidden) for _ in range(layers))
+        self.convs = nn.ModuleList(
+            conv(hidden, hidden, norm="both", weight=False, bias=False, allow_zero_in_degree=True)
+            for _ in range(layers)
+        )
+        self.ffn_in = nn.ModuleList(nn.Linear(hidden, width) for _ in range(layers))
+        self.ffn_out = nn.ModuleList(nn.Linear(width, hidden) for _ in range(layers))
+        self.norm_out = nn.LayerNorm(hidden)
+        self.lin_out = nn.Linear(hidden, num_classes)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
+        """``feat (N, F)`` -> logits ``(N, C)``."""
+        h = F.gelu(self.dropout(self.lin_in(feat)))
+        for norm, conv, w1, w2 in zip(self.norms, self.convs, self.ffn_in, self.ffn_out):
+            x = conv(graph, norm(h))
+            h = h + self.dropout(w2(F.gelu(self.dropout(w1(x)))))
+        return self.lin_out(self.norm_out(h))
+
+
+MODELS = {"gcn": GCN, "sage": SAGE, "gcn2": GCNII, "resgcn": ResGCN}
 
 
 def model_params(name: str) -> dict:

@@ -56,10 +56,6 @@ files stay; a directory without it is refused). Relative paths in the config (da
 dataset.path) are resolved against the current directory."""
 
 
-def _fail(msg: str):
-    raise ConfigError(msg)
-
-
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser of ``dgl-rsc``."""
     parser = argparse.ArgumentParser(prog=prog or "dgl-rsc", description=DESCRIPTION)

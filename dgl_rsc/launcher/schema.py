@@ -111,6 +111,7 @@ MODEL_RULES = {
     "alpha": Rule(float, 0.0, 1.0),
     "lambda_": Rule(float, 0.0, lo_open=True),
     "aggregator": Rule(str, choices=("mean", "gcn")),
+    "ffn_multiplier": Rule(int, 1),
 }
 
 
