@@ -85,6 +85,6 @@ class RSCLayer(nn.Module):
             self._rsc_seen = True
         A = adjacency(graph, edge_weight, ctl.structures)
         flat = feat.reshape(feat.shape[0], -1)
-        state = ctl.layer(self._rsc_index) if grad else None
+        state = ctl.slot(self._rsc_index) if grad else None
         out = spmm_matrix(A, flat, state, **scales)
         return out.reshape((A.shape[0],) + tuple(feat.shape[1:]))
