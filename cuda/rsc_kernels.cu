@@ -98,8 +98,15 @@ __global__ void rsc_row_scores(const float* __restrict__ row_norms, const T* __r
 #define RSC_ST_USEFUL 9  // #rows with key > 0 (counted in the first pass when asked)
 #define RSC_ST_FORCED 10 // #rows with key = +-inf
 #define RSC_ST_DONE 11   // blocks finished in the current launch
-#define RSC_STATE_LEN 16
-#define RSC_BUCKETS 256
+// RSC_STATE_LEN (state entries), RSC_BUCKETS (histogram buckets) and RSC_BLOCK (threads per
+// block of the selection and slicing kernels) come from the host as -D options
+// (dgl_rsc/backends/cupy_backend.py COMPILE_DEFINES is their one source).
+#if !defined(RSC_STATE_LEN) || !defined(RSC_BUCKETS) || !defined(RSC_BLOCK)
+#error "compile with -DRSC_STATE_LEN=... -DRSC_BUCKETS=... -DRSC_BLOCK=... (see cupy_backend.py)"
+#endif
+#if RSC_BUCKETS != RSC_BLOCK
+#error "the histogram passes use one thread per bucket: RSC_BUCKETS must equal RSC_BLOCK"
+#endif
 
 __device__ __forceinline__ unsigned int rsc_ordered(float f) {
   unsigned int b = __float_as_uint(f);
@@ -113,12 +120,12 @@ __device__ __forceinline__ long long rsc_weight(const W* weight, long long i) {
   return weight ? (long long)weight[i] : 1ll;
 }
 
-// Inclusive block scan (Hillis-Steele) of one long long per thread; blockDim.x == 256.
+// Inclusive block scan (Hillis-Steele) of one long long per thread; blockDim.x == RSC_BLOCK.
 __device__ __forceinline__ long long rsc_block_scan(long long v, long long* buf) {
   const int t = threadIdx.x;
   buf[t] = v;
   __syncthreads();
-  for (int off = 1; off < 256; off <<= 1) {
+  for (int off = 1; off < RSC_BLOCK; off <<= 1) {
     const long long o = t >= off ? buf[t - off] : 0;
     __syncthreads();
     buf[t] += o;
@@ -129,6 +136,21 @@ __device__ __forceinline__ long long rsc_block_scan(long long v, long long* buf)
   return r;
 }
 
+// The "last block" protocol: every block calls this once after writing its partial result;
+// it returns true (in every thread) only in the block that arrives last, which may then read
+// all partial results. `done` counts arrivals (reset by the last block's caller); `s_flag` is
+// a __shared__ int of the calling block.
+__device__ __forceinline__ bool rsc_last_block(long long* done, int* s_flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    *s_flag = atomicAdd((unsigned long long*)done, 1ull) == gridDim.x - 1ull;
+  __syncthreads();
+  const bool last = *s_flag != 0;
+  if (last) __threadfence();
+  return last;
+}
+
 // Zero the workspace and set the first select's budget. One block.
 __global__ void rsc_select_init(long long* ws, long long len, long long budget) {
   for (long long i = threadIdx.x; i < len; i += blockDim.x) ws[i] = 0;
@@ -136,8 +158,9 @@ __global__ void rsc_select_init(long long* ws, long long len, long long budget) 
   if (threadIdx.x == 0) ws[RSC_ST_BUDGET] = budget;
 }
 
-// One 8-bit histogram pass over the rows that match the resolved prefix. blockDim.x == 256.
-// hist: 2 * 256 unsigned long long (counts, then weights), zero on entry, zero again on exit.
+// One 8-bit histogram pass over the rows that match the resolved prefix.
+// blockDim.x == RSC_BUCKETS. hist: 2 * RSC_BUCKETS unsigned long long (counts, then weights),
+// zero on entry, zero again on exit.
 template <typename W>
 __global__ void rsc_select_hist(const float* __restrict__ key, const W* __restrict__ weight,
                                 long long m, long long* __restrict__ st,
@@ -187,13 +210,7 @@ __global__ void rsc_select_hist(const float* __restrict__ key, const W* __restri
     atomicAdd(&hist[t], s_cnt[t]);
     atomicAdd(&hist[RSC_BUCKETS + t], s_w[t]);
   }
-  __threadfence();
-  __syncthreads();
-  if (t == 0)
-    s_last = atomicAdd((unsigned long long*)&st[RSC_ST_DONE], 1ull) == gridDim.x - 1ull;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!rsc_last_block(&st[RSC_ST_DONE], &s_last)) return;
 
   // Last block: bucket t holds the keys with digit t; higher digits come first in the order.
   const long long cnt = (long long)__ldcg(&hist[t]);
@@ -233,13 +250,13 @@ __global__ void rsc_select_hist(const float* __restrict__ key, const W* __restri
 
 // Tie pass: rows whose key is exactly T (all 32 bits resolved), in row order. Block b scans
 // rows [b * chunk, (b + 1) * chunk); the last block finds the chunk and then the row where the
-// prefix weight passes the budget. blockDim.x == 256; gridDim.x <= 4096.
+// prefix weight passes the budget. blockDim.x == RSC_BLOCK.
 // part: 2 * gridDim.x long long scratch (per-block weights, then counts).
 template <typename W>
 __global__ void rsc_select_tie(const float* __restrict__ key, const W* __restrict__ weight,
                                long long m, long long chunk, long long* __restrict__ st,
                                long long* __restrict__ part) {
-  __shared__ long long s_buf[256];
+  __shared__ long long s_buf[RSC_BLOCK];
   __shared__ long long s_first, s_pw, s_pc, s_tot_w, s_tot_c;
   __shared__ int s_last;
   if (st[RSC_ST_SKIP] || st[RSC_ST_ALLFIT]) return;
@@ -256,24 +273,18 @@ __global__ void rsc_select_tie(const float* __restrict__ key, const W* __restric
   }
   w = rsc_block_scan(w, s_buf);
   c = rsc_block_scan(c, s_buf);
-  if (t == 255) {
+  if (t == RSC_BLOCK - 1) {
     part[blockIdx.x] = w;
     part[gridDim.x + blockIdx.x] = c;
   }
-  __threadfence();
-  __syncthreads();
-  if (t == 0)
-    s_last = atomicAdd((unsigned long long*)&st[RSC_ST_DONE], 1ull) == gridDim.x - 1ull;
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
+  if (!rsc_last_block(&st[RSC_ST_DONE], &s_last)) return;
 
   const long long budget = st[RSC_ST_BUDGET];
   long long run_w = st[RSC_ST_ABOVE_W];
   long long run_c = st[RSC_ST_ABOVE_CNT];
   // (a) the first chunk with a tie row whose inclusive prefix weight passes the budget
   const int nb = gridDim.x;
-  const int per = (nb + 255) / 256;
+  const int per = (nb + RSC_BLOCK - 1) / RSC_BLOCK;
   long long my_w = 0;
   for (int j = 0; j < per; ++j) {
     const int b = t * per + j;
@@ -315,17 +326,17 @@ __global__ void rsc_select_tie(const float* __restrict__ key, const W* __restric
   }
   pre_w = rsc_block_scan(pre_w, s_buf);
   pre_c = rsc_block_scan(pre_c, s_buf);
-  if (t == 255) {
+  if (t == RSC_BLOCK - 1) {
     s_pw = pre_w;
     s_pc = pre_c;
   }
   __syncthreads();
   run_w += s_pw;
   run_c += s_pc;
-  // (b) scan chunk bstar in row order, 256 rows at a time
+  // (b) scan chunk bstar in row order, RSC_BLOCK rows at a time
   const long long clo = bstar * chunk;
   const long long chi = min(m, clo + chunk);
-  for (long long base = clo; base < chi; base += 256) {
+  for (long long base = clo; base < chi; base += RSC_BLOCK) {
     const long long i = base + t;
     const bool tie = i < chi && rsc_ordered(key[i]) == T;
     const long long wi = tie ? rsc_weight(weight, i) : 0;
@@ -343,7 +354,7 @@ __global__ void rsc_select_tie(const float* __restrict__ key, const W* __restric
       }
       break;  // uniform: every thread read the same `first`
     }
-    if (t == 255) {
+    if (t == RSC_BLOCK - 1) {
       s_tot_w = iw;
       s_tot_c = ic;
     }
@@ -476,55 +487,4 @@ __global__ void rsc_indptr_from_bitmap(const I* __restrict__ t_indptr, long long
     v = (c ? chunk_incl[c - 1] : 0) + word_excl[w] + __popc(bitmap[w] & below);
   }
   out[j] = (I)v;
-}
-
-// ------------------------------------------------------------------------------------------
-// (3b) slice_rows: CSR of A[rows, :] for sorted rows.
-// ------------------------------------------------------------------------------------------
-template <typename I>
-__global__ void rsc_row_lens(const I* __restrict__ indptr, const long long* __restrict__ rows,
-                             long long k, long long* __restrict__ lens) {
-  const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= k) return;
-  const long long i = rows[r];
-  lens[r] = (long long)indptr[i + 1] - (long long)indptr[i];
-}
-
-// Output position q belongs to the row r with new_indptr[r] <= q < new_indptr[r + 1]. A block
-// covers `tile` consecutive positions; thread 0 finds the rows at both ends, and each thread
-// binary-searches between them. new_indptr: (k + 1,) inclusive-from-zero scan of the lengths.
-__device__ __forceinline__ long long rsc_upper_row(const long long* __restrict__ ptr,
-                                                   long long lo, long long hi, long long q) {
-  // largest r in [lo, hi] with ptr[r] <= q (ptr[lo] <= q holds)
-  while (lo < hi) {
-    const long long mid = lo + (hi - lo + 1) / 2;
-    if (ptr[mid] <= q) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-template <typename I, typename V>
-__global__ void rsc_gather_rows(const I* __restrict__ indptr, const I* __restrict__ indices,
-                                const V* __restrict__ values,
-                                const long long* __restrict__ rows,
-                                const long long* __restrict__ new_indptr, long long k,
-                                long long total, long long tile, I* __restrict__ out_idx,
-                                V* __restrict__ out_vals) {
-  __shared__ long long s_r0, s_r1;
-  const long long q0 = (long long)blockIdx.x * tile;
-  if (q0 >= total) return;
-  const long long q1 = min(total, q0 + tile) - 1;
-  if (threadIdx.x == 0) {
-    s_r0 = rsc_upper_row(new_indptr, 0, k - 1, q0);
-    s_r1 = rsc_upper_row(new_indptr, s_r0, k - 1, q1);
-  }
-  __syncthreads();
-  const long long r0 = s_r0, r1 = s_r1;
-  for (long long q = q0 + threadIdx.x; q <= q1; q += blockDim.x) {
-    const long long r = rsc_upper_row(new_indptr, r0, r1, q);
-    const long long src = (long long)indptr[rows[r]] + (q - new_indptr[r]);
-    out_idx[q] = indices[src];
-    if (values) out_vals[q] = values[src];
-  }
 }

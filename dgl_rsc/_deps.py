@@ -6,6 +6,7 @@ functions below. The probes are lazy (importing DGL or CuPy costs seconds) and c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
@@ -36,11 +37,26 @@ TORCH_VERSION = _torch_version()
 
 @functools.cache
 def _probe(name: str) -> tuple[ModuleType | None, str]:
-    os.environ.setdefault("DGLBACKEND", "pytorch")
+    with _dgl_backend_for_import():
+        try:
+            return importlib.import_module(name), ""
+        except Exception as exc:  # any failure to import means "not available"
+            return None, f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def _dgl_backend_for_import():
+    """DGL reads ``DGLBACKEND`` once, at import; without it, it warns and writes
+    ``~/.dgl/config.json``. Set it (to PyTorch, the only backend dgl_rsc uses) for the
+    import only, and leave the environment as it was."""
+    missing = "DGLBACKEND" not in os.environ
+    if missing:
+        os.environ["DGLBACKEND"] = "pytorch"
     try:
-        return importlib.import_module(name), ""
-    except Exception as exc:  # any failure to import means "not available"
-        return None, f"{type(exc).__name__}: {exc}"
+        yield
+    finally:
+        if missing:
+            os.environ.pop("DGLBACKEND", None)
 
 
 def dgl_available() -> bool:
@@ -71,20 +87,9 @@ def numba_available() -> bool:
     return _probe("numba")[0] is not None
 
 
-def _numpy_compat_for_numba_cuda() -> None:
-    """numba-cuda 0.68 still refers to ``np.row_stack``, which NumPy 2.5 removed (it was an
-    alias of ``np.vstack``); restore the alias so that its kernels compile. Seen on the H100
-    image (numba-cuda 0.68, NumPy 2.5.2); a no-op where NumPy still has it."""
-    import numpy as np
-
-    if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack  # noqa: NPY201 (restoring the removed alias on purpose)
-
-
 @functools.cache
 def numba_cuda_available() -> bool:
     """``True`` when Numba's CUDA target works (a real GPU or the simulator)."""
-    _numpy_compat_for_numba_cuda()
     cuda = _probe("numba.cuda")[0]
     if cuda is None:
         return False

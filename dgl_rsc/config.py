@@ -6,6 +6,8 @@ import dataclasses
 import difflib
 from typing import Any, Mapping, Optional
 
+from .sampling.rules import RULES as _RULES
+
 __all__ = [
     "RSCConfig",
     "ConfigError",
@@ -17,7 +19,7 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "torch", "cupy", "numba")
-RULES = ("topk", "cost")
+RULES = tuple(_RULES)  # the names of the registered selection rules
 RESCALES = ("ls", "mass", "none")
 DIAGONALS = ("sample", "exact")
 
@@ -65,6 +67,9 @@ class RSCConfig:
             rest of the budget (its ``N`` entries count as work; measured to lose at equal
             work on graphs of average degree 20-100).
         probe_rows: dropped rows drawn per refresh to estimate the ``"ls"`` scale (>= 1).
+        check_finite: make the sampled product non-finite wherever the exact one would be (a
+            NaN or Inf in a row of ``dY`` the sample left out would otherwise vanish); costs
+            one pass over ``dY`` and one matrix-vector product per step.
         backend: ``"auto"``, ``"torch"``, ``"cupy"`` or ``"numba"`` for the sampling kernels.
         seed: seed of the rows drawn for the ``"ls"`` scale (each layer draws from its own
             generator, seeded from ``seed`` and its index; saved in checkpoints).
@@ -82,6 +87,7 @@ class RSCConfig:
     rescale: str = "ls"
     diagonal: str = "sample"
     probe_rows: int = 256
+    check_finite: bool = True
     backend: str = "auto"
     seed: int = 0
 
@@ -102,6 +108,10 @@ class RSCConfig:
         _check_choice(self, "rescale", RESCALES)
         _check_choice(self, "diagonal", DIAGONALS)
         _check_number(self, "probe_rows", int, lo=1)
+        if not isinstance(self.check_finite, bool):
+            raise ConfigError(
+                f"RSCConfig.check_finite must be true or false, got {self.check_finite!r}."
+            )
         _check_choice(self, "backend", BACKENDS)
 
     @classmethod

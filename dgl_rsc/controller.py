@@ -1,18 +1,25 @@
 """``RSCController``: the step counter, the layers' states, the budget solver and switching.
 
-One controller drives one model's training run. Layers are identified either by call order
-within a step (the DGL patch: the i-th approximated product of a step is layer i) or by
-attachment (:func:`dgl_rsc.nn.attach` gives each drop-in conv its own index). Call
+One controller drives one model's training run. Products are identified either by call
+order within a step (the DGL patch: the i-th approximated product of a step is product i) or
+by attachment (:func:`dgl_rsc.nn.attach` gives each drop-in conv its own slots). Call
 :meth:`RSCController.step` once per optimizer step, like an LR scheduler.
+
+State flows one way: the controller reads the layers' running scores to solve the budget and
+keeps the allocation itself; each product gets an immutable :class:`~dgl_rsc.slot.StepInfo`
+(phase, cache period, allocation) through a :class:`~dgl_rsc.slot.LayerSlot`.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Optional
 
 from .config import RSCConfig
 from .layer_state import LayerState
+from .sampling import get_rule, selection_key
+from .slot import LayerSlot, StepInfo
 from .solver import LayerProblem, allocate
 from .structure_cache import StructureCache
 
@@ -26,7 +33,7 @@ MAX_PRODUCTS_PER_STEP = 1024
 
 
 class RSCController:
-    """Owns the per-layer state of one training run.
+    """Owns the per-product state of one training run.
 
     Args:
         config: an :class:`~dgl_rsc.RSCConfig`; keyword arguments override its fields.
@@ -48,29 +55,45 @@ class RSCController:
         self.step_count = 0
         self.alloc_version = 0
         self.layers: list[LayerState] = []
-        self._calls = 0
+        self.allocation: dict[int, tuple] = {}  # product index -> (non-zeros, generation)
         self.last_allocation = None
         self.structures = StructureCache()
+        self._calls = 0
+        self._bound = 0  # products bound since the last step()
+        self._seen_products = False
+        self._empty_steps = 0
+        self._warned_steps = False
 
-    # -- layer identity ----------------------------------------------------------------
+    # -- product identity ---------------------------------------------------------------------
     def layer(self, index: int) -> LayerState:
-        """The state of layer ``index``, created on first use."""
+        """The state of product ``index``, created on first use."""
         while len(self.layers) <= index:
-            self.layers.append(LayerState(self, len(self.layers)))
+            self.layers.append(LayerState(len(self.layers), self.config.seed))
         return self.layers[index]
 
-    def next_layer(self) -> LayerState:
-        """The state for the next approximated product of this step (call order)."""
+    def step_info(self, index: int) -> StepInfo:
+        """The immutable step record of product ``index`` for the current step."""
+        return StepInfo(self.phase(), self.cache_epoch(), self.alloc_version,
+                        self.allocation.get(index), self.config)  # fmt: skip
+
+    def slot(self, index: int) -> LayerSlot:
+        """Product ``index`` bound to the current step (what ``spmm(..., rsc=...)`` takes)."""
+        self._bound += 1
+        self._seen_products = True
+        return LayerSlot(self.layer(index), self.step_info(index))
+
+    def next_layer(self) -> LayerSlot:
+        """The slot of the next approximated product of this step (call order)."""
         if self._calls >= MAX_PRODUCTS_PER_STEP:
             raise RuntimeError(
                 f"{self._calls} approximated sparse products since the last rsc.step(): call "
                 "rsc.step() once per optimizer step (after optimizer.step())."
             )
-        state = self.layer(self._calls)
+        slot = self.slot(self._calls)
         self._calls += 1
-        return state
+        return slot
 
-    # -- schedule ----------------------------------------------------------------------
+    # -- schedule -------------------------------------------------------------------------------
     def phase(self) -> str:
         """``"warmup"`` (exact, recording scores), ``"approx"``, or ``"exact"`` (switched)."""
         switch = self.config.switch_step
@@ -85,45 +108,63 @@ class RSCController:
         return (self.step_count - self.config.warmup_steps) // self.config.cache_interval
 
     def step(self) -> None:
-        """Advance one optimizer step; re-solve the budget allocation when it is due."""
+        """Advance one optimizer step; re-solve the budget allocation when it is due.
+
+        Warns (once) when steps outnumber the training products, e.g. ``step()`` called
+        several times per optimizer step, which would bring the switch to exact early."""
+        if self._seen_products and self._bound == 0:
+            self._empty_steps += 1
+            if self._empty_steps >= 2 and not self._warned_steps:
+                self._warned_steps = True
+                warnings.warn(
+                    f"rsc.step() was called {self._empty_steps} times without a training "
+                    "forward in between: call it once per optimizer step, or the switch to "
+                    f"the exact backward (step {self.config.switch_step}) comes early.",
+                    stacklevel=2,
+                )
         self.step_count += 1
         self._calls = 0
+        self._bound = 0
         since = self.step_count - self.config.warmup_steps
         if self.phase() == "approx" and since % self.config.tune_interval == 0:
             self.solve()
 
     def solve(self) -> None:
-        """Re-allocate the budget across layers from their running-average scores."""
-        ready = [s for s in self.layers if s.ema is not None and s.width > 0]
-        if len(ready) < 1:
+        """Re-allocate the budget across products from their running-average scores."""
+        ready = [s for s in self.layers if s.ema is not None and s.stats.width > 0]
+        if not ready:
             return
         cfg = self.config
-        problems = []
-        from .backends.torch_ref import selection_key
-
-        for s in ready:
-            key = selection_key(s.ema, s.row_nnz, cfg.rule)
-            mass = s.ema.square() if cfg.rule == "cost" else s.ema
-            problems.append(LayerProblem(key, mass, s.row_nnz, s.width, cfg.min_k))
-        exact_work = sum((float(s.row_nnz.sum()) + s.fixed_nnz) * s.width for s in ready)
-        fixed_work = sum(s.fixed_nnz * s.width for s in ready)
+        rule = get_rule(cfg.rule)
+        problems = [
+            LayerProblem(selection_key(s.ema, s.row_nnz, cfg.rule), rule.mass(s.ema),
+                         s.row_nnz, s.stats.width, cfg.min_k)
+            for s in ready
+        ]  # fmt: skip
+        exact_work = sum((float(s.row_nnz.sum()) + s.fixed_nnz) * s.stats.width for s in ready)
+        fixed_work = sum(s.fixed_nnz * s.stats.width for s in ready)
         alloc = allocate(problems, max(cfg.budget * exact_work - fixed_work, 0.0))
-        for s, nnz in zip(ready, alloc.nnz):
-            s.nnz_budget = nnz
+        self.allocation = {s.index: (nnz, s.generation) for s, nnz in zip(ready, alloc.nnz)}
         self.alloc_version += 1
         self.last_allocation = alloc
         log.debug("step %d: allocation k=%s nnz=%s", self.step_count, alloc.k, alloc.nnz)
 
-    # -- housekeeping ------------------------------------------------------------------
+    # -- housekeeping ---------------------------------------------------------------------------
     def clear_cache(self) -> None:
-        """Drop every layer's cached sample."""
+        """Drop every product's cached sample and the cached structures."""
         for s in self.layers:
             s.clear_cache()
         self.structures.clear()
 
     def stats(self) -> dict:
-        """What RSC did: per-layer rows kept, non-zeros visited vs exact, cache use, timing."""
-        layers = [s.stats() for s in self.layers]
+        """What RSC did: per-product rows kept, non-zeros visited vs exact, cache use, timing."""
+        layers = []
+        for s in self.layers:
+            d = s.stats.as_dict()
+            alloc = self.allocation.get(s.index)
+            d.update(layer=s.index, cache_bytes=s.cache_bytes(),
+                     nnz_budget=None if alloc is None else alloc[0])  # fmt: skip
+            layers.append(d)
         visited = sum(x["nnz_visited"] for x in layers)
         exact = sum(x["nnz_exact"] for x in layers)
         return {
@@ -145,6 +186,7 @@ class RSCController:
             "step_count": self.step_count,
             "alloc_version": self.alloc_version,
             "layers": [s.export() for s in self.layers],
+            "allocation": [[i, int(n), int(g)] for i, (n, g) in self.allocation.items()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -154,7 +196,8 @@ class RSCController:
         self.layers = []
         for i, d in enumerate(state["layers"]):
             self.layer(i).restore(d)
-        self._calls = 0
+        self.allocation = {int(i): (int(n), int(g)) for i, n, g in state.get("allocation", [])}
+        self._calls = self._bound = 0
 
     def __repr__(self) -> str:
         return f"RSCController(step={self.step_count}, layers={len(self.layers)}, {self.config})"

@@ -148,6 +148,7 @@ class _Structure:
 
     def transposed_structure(self):
         """``(structure of A^T, perm (nnz,))``; ``A^T``'s values are ``values[perm]``."""
+        self.check_unchanged()
         if self._t_structure is None:
             t_indptr, t_rows, perm = self.transposed()
             t = _Structure(t_indptr, t_rows, (self.shape[1], self.shape[0]))

@@ -65,8 +65,21 @@ class Graph:
                 f"src and dst must be 1-D of equal length, got {tuple(src.shape)} and "
                 f"{tuple(dst.shape)}."
             )
+        for name, t in (("src", src), ("dst", dst)):
+            if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+                raise TypeError(f"{name} must hold integer node ids, got {t.dtype}.")
         if num_nodes is None:
             num_nodes = int(torch.cat([src, dst]).max()) + 1 if src.numel() else 0
+        if src.numel():
+            lo = int(torch.minimum(src.min(), dst.min()))
+            hi = int(torch.maximum(src.max(), dst.max()))
+            if lo < 0 or hi >= int(num_nodes):
+                bad = lo if lo < 0 else hi
+                raise ValueError(
+                    f"node id {bad} in src/dst is out of range for num_nodes={int(num_nodes)}; "
+                    f"ids must lie in [0, {int(num_nodes)}) (pass a larger num_nodes or fix "
+                    "the edge list)."
+                )
         self.src, self.dst = src.long(), dst.long()
         self._n = int(num_nodes)
         self.adj, self._eids = csr_by_destination(self.src, self.dst, self._n, self._n)

@@ -12,12 +12,14 @@ import torch
 
 from .controller import RSCController
 from .csr import CSR
-from .layer_state import LayerState, apply_scale, draw_sample, sample_product
+from .layer_state import LayerState
 from .products import NO_SCALES, Scales, csr_mm, csr_t_mm, sddmm
+from .sampling import apply_scale, draw_sample, propagate_nonfinite, sample_product
+from .slot import LayerSlot
 
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
 
-RSCArg = Union[None, float, RSCController, LayerState]
+RSCArg = Union[None, float, RSCController, LayerSlot, "Sampler"]
 
 
 class RSCSpMM(torch.autograd.Function):
@@ -88,8 +90,9 @@ class Sampler:
         out = sample_product(A, sample, dY, scales)
         if self._gen is None or self._gen.device != dY.device:
             self._gen = torch.Generator(device=dY.device).manual_seed(cfg.seed)
-        return apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, self._gen,
-                           cfg.diagonal)  # fmt: skip
+        out = apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, self._gen,
+                          cfg.diagonal)  # fmt: skip
+        return propagate_nonfinite(A, dY, scales, out) if cfg.check_finite else out
 
 
 def check_dense(X, n_rows: int, device: torch.device, name: str = "X") -> None:
@@ -122,16 +125,21 @@ def _resolve_sampler(rsc: RSCArg, X: torch.Tensor):
     if rsc is None:
         return None
     if not (torch.is_grad_enabled() and X.requires_grad):
-        return None  # no backward for X: no sampling work, no layer slot used
+        return None  # no backward for X: no sampling work, no product slot used
     if isinstance(rsc, RSCController):
         return rsc.next_layer()
-    if isinstance(rsc, (LayerState, Sampler)):
+    if isinstance(rsc, (LayerSlot, Sampler)):
         return rsc
+    if isinstance(rsc, LayerState):
+        raise TypeError(
+            "rsc is a LayerState, which holds a product's state but not the step it runs in; "
+            f"pass controller.slot({rsc.index}) (or the controller itself) instead."
+        )
     if isinstance(rsc, (float, int)) and not isinstance(rsc, bool):
         return Sampler(float(rsc))
     raise TypeError(
         "rsc must be None (exact backward), a budget fraction in (0, 1], an RSCController "
-        f"or a LayerState, got {type(rsc).__name__}."
+        f"or one of its slots (controller.slot(i)), got {type(rsc).__name__}."
     )
 
 
@@ -157,8 +165,8 @@ def spmm_csr(
         shape: ``(M, N)``.
         X: ``(N,)`` or ``(N, D)`` floating.
         rsc: ``None`` for the exact backward; a float budget fraction for stateless top
-            rows; an :class:`RSCController` (this call is its next layer) or a
-            :class:`LayerState`.
+            rows; an :class:`RSCController` (this call is its next product) or one of its
+            slots (``controller.slot(i)``: product ``i`` in the current step).
         row_scale: ``(M,)`` scale of the output rows (``None``: 1); with ``row_divide`` the
             rows are divided by it (mean aggregation by in-degree). No gradient flows to it.
         col_scale: ``(N,)`` scale of ``X``'s rows before the product (``None``: 1).

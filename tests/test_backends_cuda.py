@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from dgl_rsc.backends import resolve, torch_ref
+from dgl_rsc.sampling import selection_key
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +77,11 @@ def index_dtype(request):
 
 @pytest.fixture
 def gen(cuda):
-    return torch.Generator(device=cuda).manual_seed(int.from_bytes(os.urandom(4), "little"))
+    """A generator with a fresh random seed, printed so that a failure can be reproduced
+    (pytest shows captured output of failing tests)."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"generator seed {seed}")
+    return torch.Generator(device=cuda).manual_seed(seed)
 
 
 def poison_allocator(device, sizes=(1 << 12, 1 << 16, 1 << 20, 1 << 24)):
@@ -205,7 +210,7 @@ def test_select_rows_from_pipeline_keys(backend, rule, gen, cuda):
     row_nnz = (indptr[1:] - indptr[:-1]).long()
     dY = torch.randn(50000, 64, generator=gen, device=cuda)
     scores = backend.row_scores(row_nnz.float().sqrt(), dY)
-    key = torch_ref.selection_key(scores, row_nnz, rule)
+    key = selection_key(scores, row_nnz, rule)
     for frac in (0.05, 0.1, 0.3, 0.5, 1.0):
         budget = int(frac * int(indptr[-1]))
         got = backend.select_rows(key, row_nnz, budget, 10)
@@ -232,25 +237,6 @@ def test_slice_transposed(backend, index_dtype, value_dtype, shape, gen, cuda):
         ref = torch_ref.slice_transposed(t_indptr, t_rows, t_vals, mask)
         for g, r, part in zip(got, ref, ("indptr", "indices", "values")):
             assert_same(g, r, f"{part} [keep {keep}]")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("value_dtype", VALUE_DTYPES)
-@pytest.mark.parametrize("shape", [(3000, 2000), (40000, 45000)], ids=["small", "large"])
-def test_slice_rows(backend, index_dtype, value_dtype, shape, gen, cuda):
-    m, n = shape
-    indptr, indices = power_law_csr(m, n, 12, gen, index_dtype, cuda)
-    values = None
-    if value_dtype is not None:
-        values = torch.randn(indices.numel(), generator=gen, device=cuda).to(value_dtype)
-    for keep in (0.0, 0.05, 0.5, 1.0):
-        rows = torch.nonzero(torch.rand(m, generator=gen, device=cuda) < keep).squeeze(1)
-        for rows_dtype in (torch.int64, torch.int32):
-            poison_allocator(cuda)
-            got = backend.slice_rows(indptr, indices, values, rows.to(rows_dtype))
-            ref = torch_ref.slice_rows(indptr, indices, values, rows)
-            for g, r, part in zip(got, ref, ("indptr", "indices", "values")):
-                assert_same(g, r, f"{part} [keep {keep}, rows {rows_dtype}]")
 
 
 @pytest.mark.gpu

@@ -109,7 +109,7 @@ def check(stock, graph, inputs, call, dtype, products: Optional[int] = 1, by_pat
     assert_grads_close(got, ref, dtype, "drop-in")
     assert_grads_close(pat, ref, dtype, "patch")
     # the approximated path really ran (and nothing else was taken over)
-    approx = sum(s.approx_calls for s in ctl.layers)
+    approx = sum(s.stats.approx_calls for s in ctl.layers)
     assert approx == (products or 0), approx
     assert len(rsc.layers) == ((products or 0) if by_patch is None else by_patch)
 

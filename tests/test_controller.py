@@ -66,10 +66,10 @@ def test_never_reuses_a_slice_across_graphs(A):
     for i in range(6):
         G = torch.randn(600, 8)
         M = A if i % 2 == 0 else B
-        rsc_layer = rsc.layer(0)
+        rsc_layer = rsc.slot(0)
         X.grad = None
         spmm_matrix(M, X, rsc_layer).backward(G)
-        sample = rsc_layer._sample
+        sample = rsc.layers[0].sample
         assert sample.token == M.token
         # the slice applied is a slice of M itself: its entries are a subset of M's
         dense_slice = sample.t_slice.to_dense().t()
@@ -116,7 +116,8 @@ def test_layers_by_call_order_and_solver_allocation():
     assert alloc is not None and rsc.alloc_version >= 2
     budget = 0.2 * (A.nnz + B.nnz) * 8
     assert alloc.cost <= budget + 1e-6
-    assert [s.nnz_budget for s in rsc.layers] == alloc.nnz
+    assert [rsc.allocation[i][0] for i in range(2)] == alloc.nnz
+    assert [x["nnz_budget"] for x in rsc.stats()["layers"]] == alloc.nnz
 
 
 def test_forgetting_step_is_a_clear_error(A):
@@ -155,9 +156,9 @@ def test_private_layer_controller_uses_config_budget(A):
 
 
 def test_step_counters_fold_so_memory_stays_bounded(A, monkeypatch):
-    from dgl_rsc import layer_state
+    from dgl_rsc import stats
 
-    monkeypatch.setattr(layer_state, "_FOLD_EVERY", 4)
+    monkeypatch.setattr(stats, "FOLD_EVERY", 4)
     rsc = RSCController(budget=0.2, warmup_steps=0, cache_interval=3, tune_interval=100)
     X = torch.randn(600, 8, requires_grad=True)
     visited = 0
@@ -165,8 +166,51 @@ def test_step_counters_fold_so_memory_stays_bounded(A, monkeypatch):
         run_step(rsc, [A], X, torch.randn(600, 8))
         st = rsc.layers[0]
         visited += int(st._sample.nnz)  # what this step's product visited
-        assert len(st._pending_nnz) < 4 and len(st._timers) < 4
+        assert len(st.stats._pending) < 4 and len(st.stats._timers) < 4
     stats = rsc.stats()["layers"][0]
     # 11 approximated steps in periods of 3: 4 refreshes; every step's non-zeros counted
     assert stats["approx_calls"] == 11 and stats["cache_misses"] == 4
     assert stats["nnz_visited"] == visited
+
+
+def test_a_layer_state_alone_with_a_step_record(A):
+    """The state needs no controller: a step record says what to do."""
+    from dgl_rsc import RSCConfig
+    from dgl_rsc.layer_state import LayerState
+    from dgl_rsc.slot import LayerSlot, StepInfo
+
+    cfg = RSCConfig(budget=0.2)
+    state = LayerState(0)
+    X = torch.randn(600, 4, requires_grad=True)
+    G = torch.randn(600, 4)
+    warm = LayerSlot(state, StepInfo("warmup", 0, 0, None, cfg))
+    spmm_matrix(A, X, warm).backward(G)
+    torch.testing.assert_close(X.grad, A.to_dense().t() @ G, rtol=1e-5, atol=1e-5)
+    assert state.ema is not None and state.sample is None  # scores recorded, nothing drawn
+    X.grad = None
+    approx = LayerSlot(state, StepInfo("approx", 0, 0, None, cfg))
+    spmm_matrix(A, X, approx).backward(G)
+    assert state.sample is not None and state.stats.misses == 1
+    assert state.stats.nnz_visited == A.nnz  # the warm-up product, exact
+    assert state.stats.as_dict()["nnz_visited"] <= A.nnz + 0.2 * A.nnz + 1  # ... plus the sample
+
+
+def test_a_layer_state_is_not_an_rsc_argument(A):
+    rsc = RSCController()
+    X = torch.randn(600, 4, requires_grad=True)
+    with pytest.raises(TypeError, match=r"controller.slot\(0\)"):
+        spmm_matrix(A, X, rsc.layer(0))
+
+
+def test_steps_outnumbering_products_warn_once(A):
+    rsc = RSCController(budget=0.2, warmup_steps=0, total_steps=100)
+    X = torch.randn(600, 4, requires_grad=True)
+    run_step(rsc, [A], X, torch.randn(600, 4))
+    with pytest.warns(UserWarning, match="without a training forward"):
+        for _ in range(3):
+            rsc.step()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rsc.step()  # once only

@@ -72,7 +72,7 @@ def test_full_budget_equals_exact_backward(name, weighted):
     w = torch.rand(src.numel()) + 0.1 if weighted and name != "cheb" else None
     rsc = rnn.attach(holder(layer), budget=1.0, warmup_steps=0)
     out, grad = backward(layer, g, x, w)
-    assert sum(s.approx_calls for s in rsc.layers) == layer.rsc_products
+    assert sum(s.stats.approx_calls for s in rsc.layers) == layer.rsc_products
     rnn.exact(holder(layer))
     out_exact, grad_exact = backward(layer, g, x, w)
     assert torch.equal(out, out_exact)  # the forward never depends on the sampler
@@ -115,7 +115,7 @@ def test_per_feature_edge_weights_are_exact_and_take_no_slot():
     assert x.grad is not None and w.grad is not None and rsc.layers == []
     # (E, 1) is one weight per edge: the approximated product
     conv(g, x, edge_weight=w[:, :1]).sum().backward()
-    assert len(rsc.layers) == 1 and rsc.layers[0].approx_calls == 1
+    assert len(rsc.layers) == 1 and rsc.layers[0].stats.approx_calls == 1
 
 
 def test_layers_declare_products_and_get_consecutive_slots():

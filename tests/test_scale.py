@@ -7,9 +7,14 @@ import torch
 from dgl_rsc import RSCController, spmm_matrix
 from dgl_rsc.backends import torch_ref
 from dgl_rsc.csr import CSR
-from dgl_rsc.layer_state import apply_scale, draw_sample, sample_product
 from dgl_rsc.products import Scales, csr_t_mm
-from dgl_rsc.scale import cross_terms, estimate_ls_scale
+from dgl_rsc.sampling import (
+    apply_scale,
+    cross_terms,
+    draw_sample,
+    estimate_ls_scale,
+    sample_product,
+)
 
 from .conftest import power_law_csr
 
@@ -120,8 +125,8 @@ def test_controller_ls_scale_is_stored_and_reused_and_checkpointed():
     assert state["layers"][0]["generator"] is not None
     again = RSCController(budget=0.1, warmup_steps=0, cache_interval=5, tune_interval=100)
     again.load_state_dict(state)
-    assert torch.equal(again.layers[0]._generator(torch.device("cpu")).get_state(),
-                       rsc.layers[0]._generator(torch.device("cpu")).get_state())  # fmt: skip
+    assert torch.equal(again.layers[0].generator("cpu").get_state(),
+                       rsc.layers[0].generator("cpu").get_state())  # fmt: skip
 
 
 def test_apply_scale_modes():

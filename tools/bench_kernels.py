@@ -8,7 +8,7 @@ then the median of many repetitions):
 * selection at nnz budgets 0.05/0.1/0.2/0.3/0.5: cupy radix select, the torch reference
   (stable sort + cumsum), and ``torch.topk`` with the right ``k`` given (+ mask scatter): a
   lower bound for any topk-based method, which would not know ``k`` beforehand;
-* ``slice_transposed`` and ``slice_rows`` at the same budgets: cupy, numba, torch reference;
+* ``slice_transposed`` at the same budgets: cupy, numba, torch reference;
 * the sampled product ``A[S,:]^T @ dY`` (torch.sparse.mm on the sliced CSR) against the exact
   ``A^T @ dY`` (torch.sparse.mm on the full transposed CSR).
 
@@ -34,6 +34,7 @@ import torch
 
 from dgl_rsc import _deps
 from dgl_rsc.backends import torch_ref
+from dgl_rsc.sampling import selection_key
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 
@@ -161,15 +162,9 @@ def bench_budget(g, frac, backends, reps, res):
     ref_t = torch_ref.slice_transposed(*t_args)
     res[f"{tag}/nnz_kept"] = int(ref_t[1].numel())
     ms[f"slice_t_{tag}/torch"] = timed(lambda: torch_ref.slice_transposed(*t_args), reps)
-    r_args = (g.indptr, g.indices, g.values, torch.nonzero(mask).squeeze(1))
-    ms[f"slice_rows_{tag}/torch"] = timed(lambda: torch_ref.slice_rows(*r_args), reps)
-    ref_r = torch_ref.slice_rows(*r_args)
     for b_name, b in backends.items():
         res[f"slice_t_{tag}/{b_name}/match"] = same(b.slice_transposed(*t_args), ref_t)
         ms[f"slice_t_{tag}/{b_name}"] = timed(lambda b=b: b.slice_transposed(*t_args), reps)
-        res[f"slice_rows_{tag}/{b_name}/match"] = same(b.slice_rows(*r_args), ref_r)
-        ms[f"slice_rows_{tag}/{b_name}"] = timed(lambda b=b: b.slice_rows(*r_args), reps)
-    del ref_r
     ms[f"product_{tag}/torch.sparse"] = timed(
         lambda: csr_mm(*ref_t, (n, n), g.dY), max(3, reps // 4), warmup=1
     )
@@ -215,7 +210,7 @@ def bench_size(n, nnz_target, d, backends, reps, device):
     gen = torch.Generator(device=device).manual_seed(1)
     scale = torch.randn(n, 1, generator=gen, device=device).exp()
     g.dY = torch.randn(n, d, generator=gen, device=device) * scale
-    g.key = torch_ref.selection_key(torch_ref.row_scores(g.row_norms, g.dY), g.row_nnz, "topk")
+    g.key = selection_key(torch_ref.row_scores(g.row_norms, g.dY), g.row_nnz, "topk")
     res = {"rows": n, "nnz": g.nnz, "d": d, "max_row_nnz": int(g.row_nnz.max()),
            "setup_s": round(time.perf_counter() - t0, 2), "ms": {}}  # fmt: skip
     bench_scores(g, backends, reps, res)

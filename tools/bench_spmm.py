@@ -30,9 +30,8 @@ from bench_common import grad_like, machine, power_law_csr, sync, timeit, write_
 
 from dgl_rsc import RSCController, _deps
 from dgl_rsc.backends import resolve
-from dgl_rsc.backends.torch_ref import selection_key
-from dgl_rsc.layer_state import draw_sample
-from dgl_rsc.products import csr_mm, csr_t_mm
+from dgl_rsc.products import NO_SCALES, csr_mm, csr_t_mm
+from dgl_rsc.sampling import draw_sample, sample_product, selection_key
 from dgl_rsc.spmm import spmm_matrix
 
 PRESETS = {
@@ -70,9 +69,9 @@ def rsc_parts(A, dY, budget, rule, backend, device, reps):
     mask, k = score_select()
     t_indptr, t_rows, _ = A.transposed()
     t_slice = timeit(lambda: backend.slice_transposed(t_indptr, t_rows, None, mask), device, reps)
-    sl, _, nnz_kept, _ = draw_sample(A, dY, int(budget * A.nnz), rule, 10, backend)
-    t_prod = timeit(lambda: csr_mm(sl, dY), device, reps)
-    return t_select, t_slice, t_prod, csr_mm(sl, dY), int(k), int(nnz_kept)
+    s = draw_sample(A, dY, int(budget * A.nnz), rule, 10, backend)
+    t_prod = timeit(lambda: sample_product(A, s, dY, NO_SCALES), device, reps)
+    return t_select, t_slice, t_prod, sample_product(A, s, dY, NO_SCALES), int(k), int(s.nnz)
 
 
 def controller_step_time(A, dY, budget, rule, cache_interval, device, steps):

@@ -29,9 +29,10 @@ from dgl_rsc import RSCConfig
 from dgl_rsc.backends import torch_ref
 from dgl_rsc.data import evaluate, load_dataset
 from dgl_rsc.graph import Graph
-from dgl_rsc.layer_state import LayerState
 from dgl_rsc.models import build_model
 from dgl_rsc.products import csr_t_mm
+from dgl_rsc.sampling import row_norms, selection_key
+from dgl_rsc.slot import LayerSlot
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -76,29 +77,29 @@ def gradient_errors(data, graph, budgets, epochs):
     """Mean relative error of each rule at each budget over captured gradients."""
     captured = []
     capture = {"on": False}
-    original = LayerState.backward_product
+    original = LayerSlot.backward_product
 
-    def spy(self, A, dY):
+    def spy(self, A, dY, scales):
         if capture["on"]:
-            captured.append((A, dY.detach().clone()))
-        return original(self, A, dY)
+            captured.append((A, dY.detach().clone(), scales))
+        return original(self, A, dY, scales)
 
-    LayerState.backward_product = spy
+    LayerSlot.backward_product = spy  # a tool-only spy, restored below
     try:  # exact training (warm-up never ends) while recording the gradients
         train(data, graph, epochs, RSCConfig(warmup_steps=10**9), capture)
     finally:
-        LayerState.backward_product = original
+        LayerSlot.backward_product = original
     errs = {}
     for rule in ("topk", "cost"):
         for b in budgets:
             vals = []
-            for A, dY in captured:
-                exact = csr_t_mm(A, dY)
-                key = torch_ref.selection_key(
-                    torch_ref.row_scores(A.row_norms(), dY), A.row_nnz(), rule
+            for A, dY, scales in captured:
+                exact = csr_t_mm(A, dY, scales)
+                key = selection_key(
+                    torch_ref.row_scores(row_norms(A, scales), dY), A.row_nnz(), rule
                 )
                 mask, _ = torch_ref.select_rows(key, A.row_nnz(), int(b * A.nnz), 0)
-                approx = csr_t_mm(A, dY * mask[:, None])
+                approx = csr_t_mm(A, dY * mask[:, None], scales)
                 vals.append(float((approx - exact).norm() / exact.norm().clamp(min=1e-30)))
             errs[f"{rule}@{b}"] = statistics.mean(vals)
     return errs

@@ -38,9 +38,8 @@ from bench_common import machine, write_json
 from dgl_rsc.backends import torch_ref
 from dgl_rsc.data import synthetic_graph
 from dgl_rsc.graph import Graph
-from dgl_rsc.layer_state import draw_sample, sample_product
 from dgl_rsc.products import Scales, csr_t_mm
-from dgl_rsc.scale import estimate_ls_scale
+from dgl_rsc.sampling import draw_sample, estimate_ls_scale, sample_product
 
 
 def make_graph(n, degree, seed):

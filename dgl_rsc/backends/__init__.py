@@ -1,46 +1,90 @@
 """The one dispatch point between the torch reference and the CUDA kernels.
 
-A backend is a module exposing ``row_scores``, ``select_rows`` and ``slice_transposed`` with
-the signatures of :mod:`dgl_rsc.backends.torch_ref`. :func:`resolve` picks one for a device.
+A backend is a module implementing :class:`~dgl_rsc.backends.protocol.SamplingBackend`;
+:data:`BACKENDS` registers each with the devices it runs on and how to check that it can
+run. :func:`resolve` picks one for a device.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import importlib
 from types import ModuleType
+from typing import Callable
 
 import torch
 
 from .. import _deps
-from ..config import BACKENDS
-from . import torch_ref
+from .protocol import SamplingBackend
 
-__all__ = ["resolve", "torch_ref"]
+__all__ = ["BACKENDS", "Backend", "SamplingBackend", "resolve"]
 
 
-def resolve(name: str, device: torch.device) -> ModuleType:
-    """Return the backend module for ``name`` on ``device``.
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A registered backend.
 
-    ``"auto"`` is CuPy for CUDA tensors when CuPy works, torch otherwise. Asking for a
-    backend that cannot run raises an ``ImportError``/``ValueError`` naming what is missing.
+    Attributes:
+        name: the config name.
+        module: the module path (imported on first use).
+        devices: device types it takes tensors on (``"any"``: every device torch supports).
+        require: raises an ``ImportError`` naming what is missing when it cannot run.
+        summary: one line for messages.
+    """
+
+    name: str
+    module: str
+    devices: tuple
+    require: Callable[[], object]
+    summary: str
+
+    def load(self) -> SamplingBackend:
+        return importlib.import_module(self.module)
+
+
+def _nothing():
+    return None
+
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("torch", "dgl_rsc.backends.torch_ref", ("any",), _nothing,
+                "vectorized torch, the reference (CPU and every device)"),
+        Backend("cupy", "dgl_rsc.backends.cupy_backend", ("cuda",), _deps.require_cupy,
+                "CuPy RawKernels (CUDA)"),
+        Backend("numba", "dgl_rsc.backends.numba_backend", ("cuda", "cpu-simulator"),
+                _deps.require_numba_cuda, "Numba-CUDA kernels (CUDA, or Numba's simulator)"),
+    )
+}  # fmt: skip
+
+#: ``"auto"``: the first backend of the device type's list that can run
+AUTO = {"cuda": ("cupy", "torch")}
+
+
+def resolve(name: str, device) -> ModuleType:
+    """The backend module for ``name`` on ``device``.
+
+    ``"auto"`` is CuPy for CUDA tensors when CuPy works, torch otherwise. A backend that
+    cannot run raises an ``ImportError``/``ValueError`` naming what is missing and the fix.
     """
     device = torch.device(device)
     if name == "auto":
-        name = "cupy" if device.type == "cuda" and _deps.cupy_available() else "torch"
-    if name == "torch":
-        return torch_ref
-    if name == "cupy":
-        if device.type != "cuda":
+        for cand in AUTO.get(device.type, ("torch",)):
+            if cand == "torch" or (cand == "cupy" and _deps.cupy_available()):
+                return BACKENDS[cand].load()
+    if name not in BACKENDS:
+        near = difflib.get_close_matches(str(name), BACKENDS, n=1)
+        hint = f" Did you mean '{near[0]}'?" if near else ""
+        known = ", ".join(["auto", *BACKENDS])
+        raise ValueError(f"unknown backend {name!r}; choose one of {known}.{hint}")
+    spec = BACKENDS[name]
+    if "any" not in spec.devices and device.type not in spec.devices:
+        if not (device.type == "cpu" and "cpu-simulator" in spec.devices):
             raise ValueError(
-                f"backend='cupy' needs CUDA tensors, got tensors on {device}; move the graph "
-                "and features to a GPU or use backend='torch'."
+                f"backend={name!r} needs CUDA tensors, got tensors on {device}; move the graph "
+                "and features to a GPU or use backend='torch' (or 'auto')."
             )
-        _deps.require_cupy()
-        from . import cupy_backend
-
-        return cupy_backend
-    if name == "numba":
-        _deps.require_numba_cuda()
-        from . import numba_backend
-
-        return numba_backend
-    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}.")
+    spec.require()
+    return spec.load()

@@ -4,8 +4,8 @@ Same functions and signatures as :mod:`dgl_rsc.backends.torch_ref`, on CUDA torc
 The kernels are compiled once per device by ``cupy.RawModule`` and launched on torch's current
 stream; they read and write torch's memory in place (device pointers of contiguous tensors) and
 outputs are allocated by torch, so no memory passes through CuPy's pool. Host round trips:
-none in :func:`row_scores` and :func:`select_rows`; one each in :func:`slice_rows` and
-:func:`slice_transposed`, to size the output (the reference has the same one).
+none in :func:`row_scores` and :func:`select_rows`; one in :func:`slice_transposed`, to size the
+output (the reference has the same one).
 """
 
 from __future__ import annotations
@@ -19,7 +19,13 @@ import torch
 from .. import _deps
 from . import _cuda_source
 
-__all__ = ["row_scores", "select_rows", "slice_rows", "slice_transposed", "NAME_EXPRESSIONS"]
+__all__ = [
+    "row_scores",
+    "select_rows",
+    "slice_transposed",
+    "NAME_EXPRESSIONS",
+    "COMPILE_OPTIONS",
+]
 
 _SOURCE = "rsc_kernels.cu"
 _INDEX = {torch.int32: "int", torch.int64: "long long"}
@@ -38,16 +44,21 @@ NAME_EXPRESSIONS = (
     [f"rsc_row_scores<{t}, {v}>" for t in _SCORE_T.values() for v in (1, _VEC[t])]
     + [f"rsc_select_{k}<{w}>" for k in ("hist", "tie") for w in ("int", "long long")]
     + ["rsc_select_init", "rsc_select_k", "rsc_select_mask"]
-    + [f"{k}<{i}>" for k in ("rsc_keep_bitmap", "rsc_indptr_from_bitmap", "rsc_row_lens")
+    + [f"{k}<{i}>" for k in ("rsc_keep_bitmap", "rsc_indptr_from_bitmap")
        for i in _INDEX.values()]
-    + [f"{k}<{i}, {v}>" for k in ("rsc_compact", "rsc_gather_rows") for i in _INDEX.values()
-       for v in _COPY_T.values()]
+    + [f"rsc_compact<{i}, {v}>" for i in _INDEX.values() for v in _COPY_T.values()]
 )  # fmt: skip
 
-_STATE_LEN = 16  # RSC_STATE_LEN
-_ST_BUDGET = 4
-_BUCKETS = 256
-_MAX_TIE_BLOCKS = 1024
+# The constants the kernels are compiled with (-D options): their one source.
+_STATE_LEN = 16  # long longs per select state
+_BUCKETS = 256  # histogram buckets of one 8-bit radix pass
+_BLOCK = 256  # threads per block of the selection and slicing kernels (== _BUCKETS)
+COMPILE_DEFINES = {"RSC_STATE_LEN": _STATE_LEN, "RSC_BUCKETS": _BUCKETS, "RSC_BLOCK": _BLOCK}
+COMPILE_OPTIONS = ("-std=c++17", *(f"-D{k}={v}" for k, v in COMPILE_DEFINES.items()))
+
+# host-side launch policy (not mirrored in the kernels, which take any value)
+_MAX_TIE_BLOCKS = 1024  # blocks of the tie pass
+_TIE_ROWS = 2048  # rows per tie-pass block before the block count is capped
 _INT64_MAX = (1 << 63) - 1
 
 
@@ -57,7 +68,7 @@ def _module(device_index: int):
     with cp.cuda.Device(device_index):
         return cp.RawModule(
             code=_cuda_source.read_source(_SOURCE),
-            options=("-std=c++17",),
+            options=COMPILE_OPTIONS,
             name_expressions=NAME_EXPRESSIONS,
         )
 
@@ -162,7 +173,7 @@ def row_scores(row_norms: torch.Tensor, dY: torch.Tensor) -> torch.Tensor:
     group = 1
     while group < 32 and group < per_lane:
         group *= 2
-    block = 256
+    block = _BLOCK
     rows_per_block = block // group
     with _Launcher(dY.device) as launch:
         launch(
@@ -214,7 +225,7 @@ def select_rows(
     budget = max(-_INT64_MAX - 1, min(int(nnz_budget), _INT64_MAX))
     min_k = max(-_INT64_MAX - 1, min(int(min_k), _INT64_MAX))
     w = _INDEX[row_nnz.dtype]
-    n_tie = min(_MAX_TIE_BLOCKS, -(-m // 2048))
+    n_tie = min(_MAX_TIE_BLOCKS, -(-m // _TIE_ROWS))
     chunk = -(-m // n_tie)
     # workspace: two select states, the histogram, the tie pass's per-block partials
     ws = torch.empty(2 * _STATE_LEN + 2 * _BUCKETS + 2 * n_tie, dtype=torch.int64, device=device)
@@ -225,18 +236,18 @@ def select_rows(
     with _Launcher(device) as launch:
         k_arr, w_arr, ws_arr = launch.ptr(key), launch.ptr(row_nnz), launch.ptr(ws)
         s1, s2, h, p = launch.ptr(st1), launch.ptr(st2), launch.ptr(hist), launch.ptr(part)
-        launch("rsc_select_init", 1, 256, ws_arr, _i64(ws.numel()), _i64(budget))
+        launch("rsc_select_init", 1, _BLOCK, ws_arr, _i64(ws.numel()), _i64(budget))
         # select 1: weights row_nnz, budget nnz_budget -> fit; select 2: unit weights, budget k
         for sel, (weight, state) in enumerate(((w_arr, s1), (np.uint64(0), s2))):
             for p_i in range(4):
                 first = sel == 0 and p_i == 0
                 args = (k_arr, weight, _i64(m), state, h, np.int32(first))
                 launch(f"rsc_select_hist<{w}>", grid, _BUCKETS, *args)
-            launch(f"rsc_select_tie<{w}>", n_tie, 256, k_arr, weight, _i64(m), _i64(chunk),
+            launch(f"rsc_select_tie<{w}>", n_tie, _BLOCK, k_arr, weight, _i64(m), _i64(chunk),
                    state, p)  # fmt: skip
             if sel == 0:
                 launch("rsc_select_k", 1, 1, s1, s2, _i64(min_k), launch.ptr(k_out))
-        launch("rsc_select_mask", -(-m // 256), 256, k_arr, _i64(m), s2, launch.ptr(mask))
+        launch("rsc_select_mask", -(-m // _BLOCK), _BLOCK, k_arr, _i64(m), s2, launch.ptr(mask))
     return mask, k_out
 
 
@@ -287,10 +298,10 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):
     bitmap = torch.empty(nchunks * 32, dtype=torch.int32, device=device)
     word_excl = torch.empty(nchunks * 32, dtype=torch.int16, device=device)
     chunk_cnt = torch.empty(nchunks, dtype=torch.int64, device=device)
-    warps_grid = -(-nchunks // 8)  # 8 warps of 256 threads, a warp per chunk
+    warps_grid = -(-nchunks // (_BLOCK // 32))  # a warp per chunk of 1024 entries
     with _Launcher(device) as launch:
         bm, wx = launch.ptr(bitmap), launch.ptr(word_excl)
-        launch(f"rsc_keep_bitmap<{it}>", warps_grid, 256, launch.ptr(t_rows), _i64(nnz),
+        launch(f"rsc_keep_bitmap<{it}>", warps_grid, _BLOCK, launch.ptr(t_rows), _i64(nnz),
                launch.ptr(row_mask), launch.ptr(entry_keep), bm, wx, launch.ptr(chunk_cnt),
                _i64(nchunks))  # fmt: skip
         chunk_incl = torch.cumsum(chunk_cnt, 0)
@@ -301,46 +312,9 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):
         out_indptr = torch.empty_like(t_indptr)
         ci = launch.ptr(chunk_incl)
         if total:
-            launch(f"rsc_compact<{it}, {vt}>", warps_grid, 256, launch.ptr(t_rows),
+            launch(f"rsc_compact<{it}, {vt}>", warps_grid, _BLOCK, launch.ptr(t_rows),
                    launch.ptr(t_values), bm, wx, ci, _i64(nchunks), launch.ptr(out_rows),
                    launch.ptr(out_vals))  # fmt: skip
-        launch(f"rsc_indptr_from_bitmap<{it}>", -(-n1 // 256), 256, launch.ptr(t_indptr),
+        launch(f"rsc_indptr_from_bitmap<{it}>", -(-n1 // _BLOCK), _BLOCK, launch.ptr(t_indptr),
                _i64(n1), _i64(nnz), bm, wx, ci, _i64(nchunks), launch.ptr(out_indptr))  # fmt: skip
     return out_indptr, out_rows, out_vals
-
-
-def slice_rows(indptr, indices, values, rows):
-    """CSR of ``A[rows, :]`` for sorted ``rows (k,)``: ``(indptr (k+1,), indices, values)``.
-
-    ``values`` may be ``None``; the result keeps ``indptr``'s index dtype. One host
-    synchronization: the total length sizes the output.
-    """
-    _check("indptr", indptr, tuple(_INDEX))
-    _check("indices", indices, (indptr.dtype,))
-    _check("rows", rows, (torch.int32, torch.int64))
-    if values is not None:
-        _check("values", values)
-    indptr, indices = indptr.contiguous(), indices.contiguous()
-    values, vt = _values_view(values)
-    rows = rows.contiguous().long()
-    it = _INDEX[indptr.dtype]
-    k, device = rows.numel(), indptr.device
-    new_indptr = torch.zeros(k + 1, dtype=torch.int64, device=device)
-    if k == 0:
-        vals = None if values is None else values[:0]
-        return new_indptr.to(indptr.dtype), indices[:0], vals
-    lens = torch.empty(k, dtype=torch.int64, device=device)
-    with _Launcher(device) as launch:
-        launch(f"rsc_row_lens<{it}>", -(-k // 256), 256, launch.ptr(indptr), launch.ptr(rows),
-               _i64(k), launch.ptr(lens))  # fmt: skip
-        torch.cumsum(lens, 0, out=new_indptr[1:])
-        total = int(new_indptr[-1])  # host sync: sizes the output
-        out_idx = torch.empty(total, dtype=indices.dtype, device=device)
-        out_vals = None if values is None else torch.empty(total, dtype=values.dtype,
-                                                            device=device)  # fmt: skip
-        tile = 1024
-        launch(f"rsc_gather_rows<{it}, {vt}>", -(-total // tile), 256, launch.ptr(indptr),
-               launch.ptr(indices), launch.ptr(values), launch.ptr(rows),
-               launch.ptr(new_indptr), _i64(k), _i64(total), _i64(tile), launch.ptr(out_idx),
-               launch.ptr(out_vals))  # fmt: skip
-    return new_indptr.to(indptr.dtype), out_idx, out_vals

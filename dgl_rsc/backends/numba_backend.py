@@ -10,13 +10,13 @@ What runs where:
 * :func:`row_scores`: one kernel (32 lanes per row, fixed-order shared-memory reduction).
   float16/bfloat16 ``dY`` is upcast to float32 by torch first (the reference does the same
   ``dY.float()``); Numba has no bfloat16 arrays.
-* :func:`slice_transposed` / :func:`slice_rows`: kernels for the keep flags, the row lengths,
-  the compaction and the gathers; the scans between them are ``torch.cumsum``.
+* :func:`slice_transposed`: kernels for the keep flags, the compaction and the new row
+  pointers; the scan between them is a ``torch.cumsum``.
 * :func:`select_rows`: the order is ``torch.sort`` (stable, descending) and the budget scan a
   ``torch.cumsum``, as in the reference; a kernel computes ``k`` and scatters the mask. The
   sort-free radix select lives in the CuPy backend.
 
-Host round trips: one in each slicing function (the output size), none elsewhere.
+Host round trips: one in :func:`slice_transposed` (the output size), none elsewhere.
 """
 
 from __future__ import annotations
@@ -24,13 +24,27 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 import torch
 
 from .. import _deps
+from ..sampling.rules import kept_count
 
+
+def _numpy_alias_for_numba_cuda() -> None:
+    """numba-cuda 0.68 still calls ``np.row_stack`` when it compiles kernels; NumPy 2.5
+    removed it (an alias of ``np.vstack``). Restore the alias there, and only there (seen on
+    the H100 image: numba-cuda 0.68, NumPy 2.5.2). It changes the ``numpy`` module, so it
+    happens when this backend is imported, not when dgl_rsc is."""
+    version = tuple(int(p) for p in np.__version__.split(".")[:2] if p.isdigit())
+    if version >= (2, 5) and not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack  # noqa: NPY201 (restoring the removed alias on purpose)
+
+
+_numpy_alias_for_numba_cuda()
 cuda = _deps.require_numba_cuda()
 
-__all__ = ["row_scores", "select_rows", "slice_rows", "slice_transposed", "SIMULATOR"]
+__all__ = ["row_scores", "select_rows", "slice_transposed", "SIMULATOR"]
 
 #: ``True`` when Numba runs kernels in its CPU simulator (``NUMBA_ENABLE_CUDASIM=1``).
 SIMULATOR = bool(numba.config.ENABLE_CUDASIM)
@@ -96,32 +110,6 @@ def _gather_indptr_kernel(t_indptr, pos, out):
     j = cuda.grid(1)
     if j < t_indptr.shape[0]:
         out[j] = pos[t_indptr[j]]
-
-
-@cuda.jit
-def _row_lens_kernel(indptr, rows, lens):
-    r = cuda.grid(1)
-    if r < rows.shape[0]:
-        i = rows[r]
-        lens[r] = indptr[i + 1] - indptr[i]
-
-
-@cuda.jit
-def _gather_rows_kernel(indptr, indices, values, has_vals, rows, new_indptr, out_idx, out_vals):
-    q = cuda.grid(1)
-    if q < out_idx.shape[0]:
-        lo = 0  # largest r with new_indptr[r] <= q
-        hi = rows.shape[0] - 1
-        while lo < hi:
-            mid = lo + (hi - lo + 1) // 2
-            if new_indptr[mid] <= q:
-                lo = mid
-            else:
-                hi = mid - 1
-        src = indptr[rows[lo]] + (q - new_indptr[lo])
-        out_idx[q] = indices[src]
-        if has_vals:
-            out_vals[q] = values[src]
 
 
 # -- plumbing -----------------------------------------------------------------------------------
@@ -220,8 +208,7 @@ def select_rows(
     order = torch.sort(key, descending=True, stable=True).indices
     useful = (key > 0).sum()
     fit = (torch.cumsum(row_nnz.long()[order], 0) <= nnz_budget).sum()
-    k = torch.minimum(torch.maximum(fit, torch.clamp(useful, max=min_k)), useful)
-    k = torch.maximum(k, torch.isinf(key).sum())
+    k = kept_count(fit, useful, min_k, torch.isinf(key).sum())
     mask = torch.empty(m, dtype=torch.bool, device=key.device)
     if m == 0:
         return mask, k
@@ -273,38 +260,3 @@ def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):
     _launch(_gather_indptr_kernel, t_indptr.numel(), device, _arr(t_indptr.contiguous()),
             _arr(pos), _arr(out_indptr))  # fmt: skip
     return out_indptr, out_rows, out_vals
-
-
-def slice_rows(indptr, indices, values, rows):
-    """CSR of ``A[rows, :]`` for sorted ``rows (k,)``: ``(indptr (k+1,), indices, values)``.
-
-    ``values`` may be ``None``; the result keeps ``indptr``'s index dtype. One host sync.
-    """
-    _check("indptr", indptr, _INDEX)
-    _check("indices", indices, (indptr.dtype,))
-    _check("rows", rows, _INDEX)
-    device = indptr.device
-    rows = rows.contiguous().long()
-    indptr, indices = indptr.contiguous(), indices.contiguous()
-    k = rows.numel()
-    if values is not None:
-        _check("values", values)
-    if k == 0:
-        empty_vals = None if values is None else values[:0]
-        return torch.zeros(1, dtype=indptr.dtype, device=device), indices[:0], empty_vals
-    lens = torch.empty(k, dtype=torch.int64, device=device)
-    _launch(_row_lens_kernel, k, device, _arr(indptr), _arr(rows), _arr(lens))
-    new_indptr = torch.zeros(k + 1, dtype=torch.int64, device=device)
-    torch.cumsum(lens, 0, out=new_indptr[1:])
-    total = int(new_indptr[-1])  # host sync: sizes the output
-    out_idx = torch.empty(total, dtype=indices.dtype, device=device)
-    out_vals = None
-    if values is not None:
-        out_vals = torch.empty(total, dtype=values.dtype, device=device)
-    if total:
-        vals_in = _raw(values) if values is not None else lens
-        vals_out = _raw(out_vals) if out_vals is not None else lens
-        args = (_arr(indptr), _arr(indices), _arr(vals_in), values is not None, _arr(rows))
-        _launch(_gather_rows_kernel, total, device, *args, _arr(new_indptr), _arr(out_idx),
-                _arr(vals_out))  # fmt: skip
-    return new_indptr.to(indptr.dtype), out_idx, out_vals

@@ -6,8 +6,8 @@ Every function is loop-free over rows and edges and runs on any device torch sup
 The four steps of one refresh of a layer's sample:
 
 1. :func:`row_scores` -- ``s_i = ||A[i, :]||_2 * ||dY[i, :]||_2``.
-2. :func:`select_rows` -- keep the best rows by a key (``s_i`` or ``s_i^2 / nnz_i``) while
-   their non-zeros fit a budget.
+2. :func:`select_rows` -- keep the best rows by a key (a rule of
+   :mod:`dgl_rsc.sampling.rules`) while their non-zeros fit a budget.
 3. :func:`slice_transposed` -- the structure of ``A[S, :]^T`` in CSR form, made from the
    cached ``A^T`` by masking its entries with the row set and compacting.
 4. The product ``A[S, :]^T @ dY`` on torch's sparse engine (``dgl_rsc.products``).
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["row_scores", "selection_key", "select_rows", "slice_rows", "slice_transposed"]
+from ..sampling.rules import kept_count
+
+__all__ = ["row_scores", "select_rows", "slice_transposed"]
 
 
 def row_scores(row_norms: torch.Tensor, dY: torch.Tensor) -> torch.Tensor:
@@ -33,23 +35,6 @@ def row_scores(row_norms: torch.Tensor, dY: torch.Tensor) -> torch.Tensor:
     return row_norms * torch.linalg.vector_norm(dY.float(), dim=1)
 
 
-def selection_key(scores: torch.Tensor, row_nnz: torch.Tensor, rule: str) -> torch.Tensor:
-    """``(M,)`` float32 ranking key: ``s`` for ``"topk"``, ``s^2 / nnz`` for ``"cost"``.
-
-    Rows that cannot contribute (zero score or no non-zeros) get key 0 and are never kept;
-    rows with a non-finite score get ``+inf`` and are always kept first.
-    """
-    s = scores.float()
-    if rule == "topk":
-        key = s.clone()
-    elif rule == "cost":
-        key = s.square() / row_nnz.clamp(min=1).float()
-    else:
-        raise ValueError(f"unknown selection rule {rule!r}; use 'topk' or 'cost'.")
-    key = torch.where(torch.isfinite(s), key, torch.full_like(key, float("inf")))
-    return torch.where((row_nnz > 0) & (s != 0), key, torch.zeros_like(key))
-
-
 def select_rows(
     key: torch.Tensor, row_nnz: torch.Tensor, nnz_budget: int, min_k: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +45,7 @@ def select_rows(
     row with ``key == +inf`` (a non-finite score), so that NaN/Inf reach the gradient.
 
     Args:
-        key: ``(M,)`` float32 ranking key (see :func:`selection_key`).
+        key: ``(M,)`` float32 ranking key (see :func:`dgl_rsc.sampling.selection_key`).
         row_nnz: ``(M,)`` int64 non-zeros per row.
         nnz_budget: the most non-zeros the kept rows may hold.
         min_k: floor on the number of kept rows.
@@ -74,32 +59,11 @@ def select_rows(
     useful = (key > 0).sum()
     csum = torch.cumsum(row_nnz[order], 0)
     fit = (csum <= nnz_budget).sum()
-    forced = torch.isinf(key).sum()
-    k = torch.minimum(torch.maximum(fit, torch.clamp(useful, max=min_k)), useful)
-    k = torch.maximum(k, forced)
+    k = kept_count(fit, useful, min_k, torch.isinf(key).sum())
     ranks = torch.arange(m, device=key.device)
     mask = torch.zeros(m, dtype=torch.bool, device=key.device)
     mask[order] = ranks < k
     return mask, k
-
-
-def slice_rows(indptr, indices, values, rows):
-    """CSR of ``A[rows, :]`` for sorted ``rows (k,)``: ``(indptr (k+1,), indices, values)``.
-
-    ``values`` may be ``None`` (unweighted); the result keeps ``indptr``'s index dtype.
-    """
-    rows = rows.long()
-    starts = indptr[rows].long()
-    lens = indptr[rows + 1].long() - starts
-    new_indptr = torch.zeros(rows.numel() + 1, dtype=torch.long, device=indptr.device)
-    torch.cumsum(lens, 0, out=new_indptr[1:])
-    total = int(new_indptr[-1])
-    seg = torch.repeat_interleave(
-        torch.arange(rows.numel(), device=indptr.device), lens, output_size=total
-    )
-    src = starts[seg] + (torch.arange(total, device=indptr.device) - new_indptr[:-1][seg])
-    out_vals = None if values is None else values[src]
-    return new_indptr.to(indptr.dtype), indices[src], out_vals
 
 
 def slice_transposed(t_indptr, t_rows, t_values, row_mask, entry_keep=None):

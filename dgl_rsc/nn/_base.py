@@ -155,7 +155,7 @@ class RSCLayer(nn.Module):
         if not (torch.is_grad_enabled() and feat.requires_grad) or A.nnz == 0:
             return None
         if self._rsc_mode == "attached":
-            return self._rsc_ctl.layer(self._rsc_index + slot)
+            return self._rsc_ctl.slot(self._rsc_index + slot)
         if self._rsc_mode == "unattached" and not self._rsc_warned:
             self._rsc_warned = True
             warnings.warn(UNATTACHED_MESSAGE.format(name=type(self).__name__), stacklevel=3)

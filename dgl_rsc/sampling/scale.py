@@ -24,8 +24,8 @@ from typing import Optional
 
 import torch
 
-from .csr import CSR
-from .products import Scales
+from ..csr import CSR
+from ..products import Scales
 
 __all__ = ["estimate_ls_scale", "cross_terms", "CONFIDENCE"]
 

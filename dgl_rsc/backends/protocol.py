@@ -1,0 +1,40 @@
+"""What a sampling backend provides: the three steps of a refresh on one kind of device.
+
+Every function takes and returns torch tensors on the backend's device; integer results
+(masks, counts, slices) are bit-identical to :mod:`dgl_rsc.backends.torch_ref`, the
+specification, and float scores equal to float32 rounding.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, runtime_checkable
+
+import torch
+
+__all__ = ["SamplingBackend"]
+
+
+@runtime_checkable
+class SamplingBackend(Protocol):
+    """The functions of a backend module (``torch_ref``, ``cupy_backend``, ``numba_backend``)."""
+
+    def row_scores(self, row_norms: torch.Tensor, dY: torch.Tensor) -> torch.Tensor:
+        """``(M,)`` float32 ``row_norms[i] * ||dY[i, :]||_2`` (fp32 accumulation)."""
+
+    def select_rows(
+        self, key: torch.Tensor, row_nnz: torch.Tensor, nnz_budget: int, min_k: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mask (M,) bool, k 0-dim int64)``: the rows with the largest ``key`` (float32,
+        ``>= 0``, ``+inf`` allowed: see :func:`dgl_rsc.sampling.selection_key`) whose
+        non-zeros fit ``nnz_budget``, ties by lower row id, at least
+        :func:`~dgl_rsc.sampling.kept_count` rows."""
+
+    def slice_transposed(
+        self,
+        t_indptr: torch.Tensor,
+        t_rows: torch.Tensor,
+        t_values: Optional[torch.Tensor],
+        row_mask: torch.Tensor,
+        entry_keep: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        """CSR ``(indptr, indices, values)`` of ``A[S, :]^T`` cut from ``A^T``'s CSR."""

@@ -1,0 +1,38 @@
+"""RSC's sampling core: selection rules, drawing a row sample, the sampled product's scale.
+
+- :mod:`.rules`: the registry of selection rules (key and solver mass), the kept-row count.
+- :mod:`.draw`: scoring, selection and slicing of one sample; the sampled product.
+- :mod:`.scale`: the least-squares scale of the sampled product.
+
+The backends that run the steps on a device are in :mod:`dgl_rsc.backends`; the per-layer
+state (cache, running scores) in :mod:`dgl_rsc.layer_state`.
+"""
+
+from .draw import (
+    Sample,
+    apply_scale,
+    draw_sample,
+    mass_scale,
+    propagate_nonfinite,
+    row_norms,
+    sample_product,
+)
+from .rules import RULES, Rule, get_rule, kept_count, selection_key
+from .scale import cross_terms, estimate_ls_scale
+
+__all__ = [
+    "RULES",
+    "Rule",
+    "Sample",
+    "apply_scale",
+    "cross_terms",
+    "draw_sample",
+    "estimate_ls_scale",
+    "get_rule",
+    "kept_count",
+    "mass_scale",
+    "propagate_nonfinite",
+    "row_norms",
+    "sample_product",
+    "selection_key",
+]

@@ -1,0 +1,163 @@
+"""Drawing a row sample: score, select under the budget, slice ``A[S, :]^T``, and the sampled
+product with its scale. Stateless: the caching and scheduling live in
+:mod:`dgl_rsc.layer_state` and :mod:`dgl_rsc.controller`.
+
+A refresh of a layer's sample runs, through one backend (:mod:`dgl_rsc.backends`):
+
+1. ``row_scores``: ``s_i = ||Â[i, :]|| * ||dY[i, :]||`` with ``Â = diag(r) A diag(c)``;
+2. :func:`~dgl_rsc.sampling.rules.selection_key` and ``select_rows``: the best rows by the
+   rule's key while their non-zeros fit the budget;
+3. ``slice_transposed``: ``A[S, :]^T`` as a CSR, cut from the cached transpose;
+4. the product with the slice (:func:`sample_product`) and its scale (:func:`apply_scale`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..csr import CSR
+from ..products import NO_SCALES, Scales, csr_mm, csr_t_mm
+from .rules import selection_key
+from .scale import estimate_ls_scale
+
+__all__ = [
+    "Sample",
+    "apply_scale",
+    "draw_sample",
+    "mass_scale",
+    "propagate_nonfinite",
+    "row_norms",
+    "sample_product",
+]
+
+
+@dataclass
+class Sample:
+    """A cached row sample: ``A[S, :]^T`` as a CSR of shape ``(N, M)`` plus bookkeeping.
+
+    The slice keeps ``A``'s values (or none); the sampled product is
+    ``factor * diag(c) A[S]^T diag(r) dY`` with ``A``'s scales applied at product time.
+    """
+
+    token: Optional[int]  # structure token of the A it was cut from
+    epoch: tuple  # (cache epoch, allocation version)
+    t_slice: CSR
+    k: torch.Tensor  # 0-dim, rows kept
+    nnz: torch.Tensor  # 0-dim, non-zeros kept
+    factor: Optional[torch.Tensor] = None  # 0-dim scale of the sampled product, or None
+    mask: Optional[torch.Tensor] = None  # (M,) bool, the kept rows
+    scores: Optional[torch.Tensor] = None  # (M,) the scores it was drawn from (refresh only)
+
+
+def row_norms(A: CSR, scales: Scales = NO_SCALES, skip_diagonal: bool = False) -> torch.Tensor:
+    """``(M,)`` float32 ``||(diag(r) A diag(c))[i, :]||_2``: the rows of the normalized matrix
+    (without their diagonal entry when ``skip_diagonal``)."""
+    col = scales.score_col()
+    diag = A.diagonal() if skip_diagonal else None
+    if col is None and diag is None:
+        base = A.row_norms()
+    else:
+        sq = None if A.values is None else A.values.detach().float().square()
+        if diag is not None:
+            off = (~diag[0]).float()
+            sq = off if sq is None else sq * off
+        c2 = torch.ones(A.shape[1], 1) if col is None else col.detach().float().square()
+        base = csr_mm(A.with_values(sq), c2.reshape(-1, 1).to(A.device)).squeeze(1)
+        base = base.clamp(min=0).sqrt()
+    r = scales.row_factor()
+    return base if r is None else base * r.detach().float().abs()
+
+
+def draw_sample(
+    A: CSR,
+    dY: torch.Tensor,
+    nnz_budget: int,
+    rule: str,
+    min_k: int,
+    backend,
+    rescale: str = "none",
+    scales: Scales = NO_SCALES,
+    diagonal: str = "sample",
+) -> Sample:
+    """Score rows, select them under ``nnz_budget`` and cut ``A[S, :]^T``.
+
+    Args:
+        A: ``(M, N)`` sparse matrix (scaled by ``scales`` in the product).
+        dY: ``(M, D)`` output gradient.
+        rescale: ``"mass"`` sets :func:`mass_scale` as the sample's factor; ``"ls"`` and
+            ``"none"`` leave it unset (the least-squares factor needs the product: see
+            :func:`apply_scale`).
+        diagonal: ``"exact"`` keeps every diagonal (self-loop) entry in the slice, so its
+            term is computed exactly, and samples rows of the off-diagonal part with what is
+            left of the budget; ``"sample"`` treats it like any other entry.
+    Returns:
+        A :class:`Sample` (token and epoch unset; ``scores`` set).
+    """
+    diag = A.diagonal() if diagonal == "exact" else None
+    row_nnz = A.row_nnz() if diag is None else A.row_nnz() - diag[1]
+    budget = int(nnz_budget) - (0 if diag is None else int(diag[1].sum()))
+    scores = backend.row_scores(row_norms(A, scales, skip_diagonal=diag is not None), dY)
+    key = selection_key(scores, row_nnz, rule)
+    mask, k = backend.select_rows(key, row_nnz, max(budget, 0), min_k)
+    t_indptr, t_rows, perm = A.transposed()
+    t_vals = None if A.values is None else A.values.detach()[perm]
+    keep = None if diag is None else diag[2]
+    s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask, keep)
+    factor = mass_scale(scores, mask) if rescale == "mass" else None
+    t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
+    return Sample(None, (), t_slice, k, s_indptr[-1].long(), factor, mask, scores)
+
+
+def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> torch.Tensor:
+    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY``; the output comes from the pool of
+    ``A``'s transposed structure, like the exact backward's."""
+    ts = scales.transposed()
+    row = ts.row
+    if sample.factor is not None:
+        f = sample.factor.to(dY.dtype if dY.is_floating_point() else torch.float32)
+        row = f.expand(A.shape[1]) if row is None else row * f
+    return csr_mm(sample.t_slice, dY, Scales(row, ts.col), pool=A.transpose_pool())
+
+
+def apply_scale(
+    A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, out: torch.Tensor, rescale: str,
+    probe_rows: int, generator, diagonal: str = "sample",
+) -> torch.Tensor:  # fmt: skip
+    """After the first product with a fresh ``"ls"`` sample: estimate its least-squares
+    factor from ``out (N, D)`` (:func:`~dgl_rsc.sampling.scale.estimate_ls_scale`), store it
+    in the sample for the steps that reuse it, and scale ``out`` in place. Other modes:
+    ``out`` unchanged."""
+    if rescale != "ls" or sample.factor is not None:
+        return out
+    c = estimate_ls_scale(A, dY, scales, out, sample.scores, sample.mask, probe_rows, generator,
+                          skip_diagonal=diagonal == "exact")  # fmt: skip
+    sample.factor = c
+    return out.mul_(c.to(out.dtype))
+
+
+def propagate_nonfinite(
+    A: CSR, dY: torch.Tensor, scales: Scales, out: torch.Tensor
+) -> torch.Tensor:
+    """Make ``out (N, D)`` non-finite wherever the exact product would be: in the columns of
+    ``A`` reached by a row of ``dY`` that holds a NaN or Inf, including rows the sample left
+    out (a cached sample would otherwise drop a NaN that appeared between refreshes).
+
+    ``w_i = 0 * sum(dY[i])`` is 0 for finite rows and NaN otherwise; ``A^T w`` (one
+    matrix-vector product, no host synchronization) is added to every column of ``out``.
+    """
+    w = dY.sum(dim=1, keepdim=True).mul_(0)
+    return out.add_(csr_t_mm(A, w, scales).to(out.dtype))
+
+
+def mass_scale(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """0-dim ``sum(scores) / sum(scores[mask])`` over finite scores; 1 when the kept mass is 0.
+
+    Stays on the device (no host synchronization). With every useful row kept it is exactly 1.
+    """
+    finite = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0)
+    total = finite.sum()
+    kept = torch.where(mask, finite, torch.zeros_like(finite)).sum()
+    return torch.where(kept > 0, total / kept.clamp(min=1e-30), torch.ones_like(total))

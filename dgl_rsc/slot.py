@@ -1,0 +1,89 @@
+"""One approximated product of one training step: the step record and the phase dispatch.
+
+The controller makes a :class:`StepInfo` per product (immutable: phase, cache period,
+allocation version and this product's allocation, the config) and hands it, with the
+product's :class:`~dgl_rsc.layer_state.LayerState`, to :class:`RSCSpMM
+<dgl_rsc.spmm.RSCSpMM>` as a :class:`LayerSlot`. Its ``backward_product`` dispatches on the
+phase: exact (after the switch), warm-up (exact, recording scores) or approximate (the cached
+sample or a fresh one, then its scale), and records the statistics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from .backends import resolve
+from .config import RSCConfig
+from .csr import CSR
+from .layer_state import LayerState
+from .products import NO_SCALES, Scales, csr_t_mm
+from .sampling import apply_scale, propagate_nonfinite, row_norms, sample_product
+
+__all__ = ["StepInfo", "LayerSlot", "PHASES"]
+
+PHASES = ("warmup", "approx", "exact")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepInfo:
+    """What a product needs to know of its step.
+
+    Attributes:
+        phase: ``"warmup"`` (exact, recording scores), ``"approx"`` or ``"exact"``.
+        cache_epoch: the cache period; a sample is reused within one period.
+        alloc_version: bumps when the budget is re-allocated (cached samples are redrawn).
+        allocation: ``(non-zeros, generation)`` the solver gave this product, solved from the
+            scores of the state's ``generation``; ``None`` before the first solve.
+        config: the run's :class:`~dgl_rsc.RSCConfig`.
+    """
+
+    phase: str
+    cache_epoch: int
+    alloc_version: int
+    allocation: Optional[tuple]
+    config: RSCConfig
+
+
+class LayerSlot:
+    """A layer's state bound to one step: what the autograd function's backward calls."""
+
+    __slots__ = ("state", "step")
+
+    def __init__(self, state: LayerState, step: StepInfo):
+        self.state, self.step = state, step
+
+    def backward_product(self, A: CSR, dY: torch.Tensor, scales: Scales = NO_SCALES):
+        """``(N, D)`` approximation of ``A^T @ dY`` for ``A (M, N)``, ``dY (M, D)`` (with
+        ``A``'s row and column scales), by the step's phase."""
+        state, step, cfg = self.state, self.step, self.step.config
+        state.bind(A)
+        state.stats.product(A.shape[0], dY.shape[1], A.nnz)
+        if step.phase == "exact":
+            state.stats.exact(A.nnz)
+            return csr_t_mm(A, dY, scales)
+        backend = resolve(cfg.backend, dY.device)
+        if step.phase == "warmup":
+            state.stats.exact(A.nnz)
+            skip = cfg.diagonal == "exact" and A.diagonal() is not None
+            state.record(A, backend.row_scores(row_norms(A, scales, skip), dY), cfg)
+            return csr_t_mm(A, dY, scales)
+        sample = state.cached(A, (step.cache_epoch, step.alloc_version))
+        fresh = sample is None
+        if fresh:
+            sample = state.refresh(A, dY, scales, step, backend)
+        state.stats.sampled(sample.nnz, hit=not fresh)
+        out = sample_product(A, sample, dY, scales)
+        if fresh:
+            gen = state.generator(dY.device)
+            out = apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, gen,
+                              cfg.diagonal)  # fmt: skip
+            sample.scores = None  # only the refresh needs them
+        if cfg.check_finite:
+            out = propagate_nonfinite(A, dY, scales, out)
+        return out
+
+    def __repr__(self) -> str:
+        return f"LayerSlot({self.state!r}, phase={self.step.phase})"

@@ -1,0 +1,110 @@
+"""``LayerStats``: what one layer's approximated products did, kept without host syncs.
+
+Counters that live on the device (non-zeros kept by each sampled product) and CUDA timing
+events are folded into plain numbers every :data:`FOLD_EVERY` products or when asked for,
+so that memory stays bounded and training never waits for the device to report.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import torch
+
+__all__ = ["LayerStats", "Timer", "FOLD_EVERY"]
+
+#: device-side counters are folded into numbers this often (and on :meth:`LayerStats.as_dict`)
+FOLD_EVERY = 256
+
+
+class Timer:
+    """Wall time of a region; on CUDA through events, read only when stats are asked for."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = torch.device(device).type == "cuda"
+        if self.cuda:
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.end = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
+
+    def stop(self) -> Timer:
+        if self.cuda:
+            self.end.record()
+        else:
+            self.elapsed = time.perf_counter() - self.t0
+        return self
+
+    def seconds(self) -> float:
+        if self.cuda:
+            self.end.synchronize()
+            return self.start.elapsed_time(self.end) / 1000.0
+        return self.elapsed
+
+
+class LayerStats:
+    """Counters of one layer: products by phase, cache use, non-zeros, selection time."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.hits = self.misses = 0
+        self.approx_calls = self.exact_calls = 0
+        self.nnz_visited = self.nnz_exact = 0
+        self.select_seconds = 0.0
+        self.last_k: Optional[torch.Tensor] = None
+        self.last_rows = 0
+        self.width = 0
+        self._pending: list[torch.Tensor] = []
+        self._timers: list[Timer] = []
+
+    def product(self, rows: int, width: int, nnz: int) -> None:
+        """One backward product of a matrix with ``rows`` rows and ``nnz`` non-zeros."""
+        self.last_rows, self.width = rows, width
+        self.nnz_exact += nnz
+
+    def exact(self, nnz: int) -> None:
+        self.exact_calls += 1
+        self.nnz_visited += nnz
+
+    def sampled(self, nnz_kept: torch.Tensor, hit: bool) -> None:
+        """A sampled product that visited ``nnz_kept`` (0-dim, on the device) non-zeros."""
+        self.approx_calls += 1
+        self.hits += int(hit)
+        self.misses += int(not hit)
+        self._pending.append(nnz_kept)
+        if len(self._pending) >= FOLD_EVERY:
+            self.fold()
+
+    def refreshed(self, timer: Timer, k: torch.Tensor) -> None:
+        self._timers.append(timer)
+        self.last_k = k
+
+    def fold(self) -> None:
+        """Add the device-side counters and timers into plain numbers."""
+        if self._pending:
+            self.nnz_visited += int(torch.stack(self._pending).sum())
+            self._pending = []
+        if self._timers:
+            self.select_seconds += sum(t.seconds() for t in self._timers)
+            self._timers = []
+
+    def as_dict(self) -> dict:
+        """Plain numbers (synchronizes with the device once)."""
+        self.fold()
+        return {
+            "rows": self.last_rows,
+            "k": None if self.last_k is None else int(self.last_k),
+            "width": self.width,
+            "nnz_visited": self.nnz_visited,
+            "nnz_exact": self.nnz_exact,
+            "visited_fraction": self.nnz_visited / self.nnz_exact if self.nnz_exact else 1.0,
+            "approx_calls": self.approx_calls,
+            "exact_calls": self.exact_calls,
+            "cache_hits": self.hits,
+            "cache_misses": self.misses,
+            "select_seconds": self.select_seconds,
+        }
