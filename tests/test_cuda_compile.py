@@ -11,11 +11,16 @@ import pytest
 
 from dgl_rsc.backends import _cuda_source
 from dgl_rsc.backends.cupy_backend import COMPILE_OPTIONS, NAME_EXPRESSIONS
+from dgl_rsc.distributed import quant_cupy
 
 ROOT = Path(__file__).resolve().parents[1]
 CU_FILES = sorted((ROOT / "cuda").glob("*.cu"))
-# the name expressions of each source file (all of them live in rsc_kernels.cu today)
-INSTANTIATIONS = {"rsc_kernels.cu": NAME_EXPRESSIONS}
+# the name expressions and compile options of each source file
+INSTANTIATIONS = {
+    "rsc_kernels.cu": NAME_EXPRESSIONS,
+    "quant_kernels.cu": quant_cupy.NAME_EXPRESSIONS,
+}
+OPTIONS = {"rsc_kernels.cu": COMPILE_OPTIONS, "quant_kernels.cu": quant_cupy.OPTIONS}
 
 
 def test_sources_found():
@@ -48,7 +53,7 @@ def test_nvcc_compiles(cu, arch, tmp_path):
     src = tmp_path / f"instantiate_{cu.stem}.cu"
     src.write_text(_wrapper(cu, INSTANTIATIONS.get(cu.name, [])))
     out = tmp_path / f"{cu.stem}_{arch}.cubin"
-    opts = COMPILE_OPTIONS if cu.name == "rsc_kernels.cu" else ("-std=c++17",)
+    opts = OPTIONS.get(cu.name, ("-std=c++17",))
     cmd = [nvcc, *opts, f"-arch={arch}", "-cubin", "-Xptxas=-warn-spills", "-o", str(out)]
     proc = subprocess.run([*cmd, str(src)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"nvcc failed for {cu.name} ({arch}):\n{proc.stderr}"

@@ -12,6 +12,7 @@ import dgl_rsc
 OPTIONAL = {  # modules that import an optional dependency at import time
     "dgl_rsc.backends.cupy_backend": "cupy with a CUDA device",
     "dgl_rsc.backends.numba_backend": "numba's CUDA target (a GPU or the simulator)",
+    "dgl_rsc.distributed.quant_numba": "numba's CUDA target (a GPU or the simulator)",
 }
 
 
