@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 HASH := $(shell cat requirements/lock.txt setup.cfg | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(HASH)
 
-.PHONY: venv demo test test-all lint format gpu-test bench clean
+.PHONY: venv demo test test-dist lint format bench clean
 
 venv: $(STAMP)
 
@@ -23,6 +23,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# the distributed tests that start several processes (2 and 4 gloo workers, real graphs,
+# faults, resume): longer than `make test`
+test-dist: $(STAMP)
+	$(PY) -m pytest -m slow tests/test_distributed.py tests/test_distributed_slow.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dgl_rsc tests tools

@@ -16,7 +16,7 @@ import time
 from typing import Callable, Optional, Sequence
 
 from ..config import ConfigError
-from .outputs import output_dir, resume_command, some
+from .outputs import PARTITION_CACHE, output_dir, resume_command, some
 from .yaml_io import (
     StrictLoader,
     apply_overrides,
@@ -81,6 +81,11 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     )  # fmt: skip
     run.add_argument("--device", choices=("cpu", "cuda"), help="override train.device")
     run.add_argument(
+        "--nproc", type=_positive, metavar="N",
+        help="train one graph across N processes on this machine (torch.distributed; the "
+        "config's distributed section, or its defaults)",
+    )  # fmt: skip
+    run.add_argument(
         "--force", action="store_true",
         help="replace the run in --out (removes only the files dgl-rsc wrote there)",
     )  # fmt: skip
@@ -94,10 +99,22 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--nproc takes a positive integer, got {text!r}")
+    return value
+
+
 def _sets(args) -> list:
     sets = list(args.sets)
     if getattr(args, "device", None):
         sets.append(f"train.device={args.device}")
+    if getattr(args, "nproc", None):
+        sets.append(f"distributed.partitions={args.nproc}")
     return sets
 
 
@@ -108,7 +125,23 @@ def _run(args, prog: str, on_epoch_end) -> int:
     descheduled sibling."""
     import torch
 
+    from ..distributed.runtime import launched_by_torchrun
+
     cfg = load_config(args.config, _sets(args))
+    if args.nproc and not launched_by_torchrun():
+        from .dist_launch import spawn, worker_command
+
+        out = output_dir(args, cfg)  # checked here, before any worker starts
+        cmd = worker_command(args.argv, args.nproc, out)
+        print(f"# dgl-rsc: starting {args.nproc} workers: {' '.join(cmd[1:])}", flush=True)
+        code = spawn(cmd)
+        if code == 130:
+            print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
+                  file=sys.stderr)  # fmt: skip
+        elif code:
+            print(f"{prog} run: error: a worker failed (exit {code}); its message is above.",
+                  file=sys.stderr)  # fmt: skip
+        return code
     before = torch.get_num_threads()
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
@@ -129,30 +162,40 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
     from .report import environment, format_table, write_report
     from .train import prepare, run_experiment
 
+    rank = int(os.environ.get("RANK", "0")) if cfg.distributed is not None else 0
+    main = rank == 0  # in a distributed run rank 0 writes the shared files and prints
     out = output_dir(args, cfg)
     text = dump_yaml(cfg)
-    print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)
+    if main:
+        print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)
     start = time.perf_counter()
-    prep = prepare(cfg)  # device, backend, then data: may still reject; nothing written yet
-    if args.resume:
+    prep = prepare(cfg, out)  # device, backend, data: may still reject; nothing written yet
+    if not main:
+        pass
+    elif args.resume:
         remove_stale_temps(out)
     else:
         os.makedirs(out, exist_ok=True)
         remove_owned(out)
-        kept = foreign_entries(out)
+        kept = [e for e in foreign_entries(out) if e != PARTITION_CACHE]
         if kept:
             log.warning("%s: kept %d entries dgl-rsc did not write: %s", out, len(kept),
                         some(kept))  # fmt: skip
         claim(out, os.path.join(out, "config.yaml"))
         atomic_write_text(os.path.join(out, "config.yaml"), text)
     try:
+        if prep.dist is not None:
+            prep.dist.barrier("rank 0 preparing the output directory")
         records = run_experiment(
             cfg, prep, out, progress=not args.no_progress, on_epoch_end=on_epoch_end
         )
     except KeyboardInterrupt:
-        print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
-              file=sys.stderr)  # fmt: skip
+        if main:
+            print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
+                  file=sys.stderr)  # fmt: skip
         return 130
+    if not main:
+        return 0
     env = environment(prep.device)
     summary = write_report(out, cfg.to_dict(), records, env, prep.data.metric)
     print()
@@ -179,7 +222,9 @@ def main(
     from .train import TrainingDiverged
 
     name = build_parser(prog).prog
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(prog).parse_args(argv)
+    args.argv = argv
     level = logging.INFO if getattr(args, "verbose", False) else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -11,9 +11,12 @@ from ..config import ConfigError
 from .checkpoint import MANIFEST, OUTPUTS, foreign_entries, manifest_files
 from .yaml_io import load_yaml
 
-__all__ = ["check_location", "output_dir", "resume_command", "some"]
+__all__ = ["check_location", "output_dir", "resume_command", "some", "PARTITION_CACHE"]
 
 _SUBDIRS = ("runs", "checkpoints")
+#: the partition cache of distributed runs: reused across runs, kept by --force (each file is
+#: checked on reuse, see dgl_rsc.distributed.partition.load_or_partition)
+PARTITION_CACHE = "partitions"
 
 
 def _fail(msg: str):

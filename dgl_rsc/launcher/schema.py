@@ -1,13 +1,14 @@
 """The launcher's configuration: a parsed YAML document in, one validated :class:`RunConfig`
 out (:func:`resolve`; files and ``--set`` overrides are read in :mod:`.cli`).
 
-A config has five sections::
+A config has these sections::
 
     dataset: {name: synthetic, root: null, <loader parameters>}
     model:   {name: gcn, hidden: 256, layers: 3, dropout: 0.5, ...}
     train:   {epochs: 200, lr: 0.01, optimizer: adam, seeds: [0, 1], engine: native, ...}
     rsc:     {budget: 0.1, ...}     # RSCConfig keys; `rsc: null` trains exact only
     compare: true                   # exact and RSC runs with the same seeds
+    distributed: {partitions: 4, ...}  # optional: one graph across processes (dist_schema)
 
 Every error is a :class:`~dgl_rsc.ConfigError` naming the key path (``train.lr``), and an
 unknown key lists the allowed keys and the nearest match. The allowed ``model`` keys are the
@@ -31,6 +32,7 @@ from typing import Any, Optional
 from ..config import ConfigError, RSCConfig, unknown_key_message
 from ..engines import ENGINES as _ENGINES
 from ..models import model_params
+from .dist_schema import DistConfig, resolve_distributed
 
 __all__ = [
     "RunConfig",
@@ -42,7 +44,7 @@ __all__ = [
     "dataset_params",
 ]
 
-SECTIONS = ("dataset", "model", "train", "rsc", "compare")
+SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed")
 #: the engines a config may train on (dgl_rsc.engines; ``stock`` is the comparison baseline)
 ENGINES = tuple(e.name for e in _ENGINES.values() if e.approximates)
 PATH_KEYS = ("root", "path")
@@ -124,6 +126,7 @@ class RunConfig:
     train: TrainConfig
     rsc: Optional[RSCConfig]
     compare: bool
+    distributed: Optional[DistConfig] = None
 
     @property
     def methods(self) -> tuple:
@@ -137,8 +140,9 @@ class RunConfig:
         train = dataclasses.asdict(self.train)
         train["seeds"] = list(self.train.seeds)
         rsc = None if self.rsc is None else self.rsc.to_dict()
+        dist = None if self.distributed is None else self.distributed.to_dict()
         return {"dataset": dict(self.dataset), "model": dict(self.model), "train": train,
-                "rsc": rsc, "compare": self.compare}  # fmt: skip
+                "rsc": rsc, "compare": self.compare, "distributed": dist}  # fmt: skip
 
 
 def _fail(msg: str):
@@ -310,4 +314,9 @@ def resolve(raw: Any) -> RunConfig:
     compare = check_value("compare", raw.get("compare", False), Rule(bool))
     if compare and rsc is None:
         _fail("compare: true needs an rsc section (the RSC side of the comparison).")
-    return RunConfig(_resolve_dataset(raw), _resolve_model(raw), train, rsc, compare)
+    model = _resolve_model(raw)
+    dist = resolve_distributed(raw, check_value, Rule, model)
+    if dist is not None and train.engine != "native":
+        _fail(f"train.engine={train.engine!r} cannot train distributed: use train.engine: native "
+              "(dgl_rsc layers on each rank's local graph).")  # fmt: skip
+    return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist)

@@ -35,7 +35,6 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from .. import _deps
@@ -46,6 +45,7 @@ from ..models import build_model
 from ..nn import attach
 from ..patch import patch
 from .checkpoint import atomic_write_text, claim, save_checkpoint
+from .dist_run import dist_summary, epoch_traffic, traffic_now
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
 from .schema import RunConfig
@@ -107,6 +107,9 @@ class Prepared:
     fingerprint: str = ""
     source: str = ""
     graphs: dict = dataclasses.field(default_factory=dict)
+    reducer: object = dataclasses.field(default_factory=lambda: _local_reducer())
+    dist: object = None  # the DistContext of a distributed run
+    partition: Optional[dict] = None  # its partition's quality and cache file
 
     def graph(self, kind: str):
         """The message-passing graph of ``kind`` (self-loops added when the model wants them)."""
@@ -122,17 +125,25 @@ class Prepared:
         return self.graphs[kind]
 
 
+def _local_reducer():
+    from ..distributed.reduce import LocalReducer
+
+    return LocalReducer()
+
+
 def methods(cfg: RunConfig) -> tuple:
     """The runs of each seed: the config's methods, after ``stock`` when ``compare`` and
     ``train.stock_baseline`` are on and DGL imports (the stock ``dgl.nn`` model, a baseline
     the speedups are reported against)."""
-    if cfg.compare and cfg.train.stock_baseline and _deps.dgl_available():
+    stock = cfg.train.stock_baseline and cfg.distributed is None
+    if cfg.compare and stock and _deps.dgl_available():
         return ("stock", *cfg.methods)
     return cfg.methods
 
 
-def prepare(cfg: RunConfig) -> Prepared:
-    """Load the dataset and the edge list the engines need (once per experiment)."""
+def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
+    """Load the dataset and the edge list the engines need (once per experiment); in a
+    distributed run, this rank's share of them (``out_dir`` holds the partition cache)."""
     from ..data import load_dataset
     from ..models import MODELS
 
@@ -157,17 +168,14 @@ def prepare(cfg: RunConfig) -> Prepared:
     path, root = cfg.dataset.get("path"), cfg.dataset["root"]
     source = os.path.join(root, path) if path and root else path or root
     name = source or f"the {cfg.dataset['name']} graph"
+    if cfg.distributed is not None:
+        from .dist_run import prepare_rank
+
+        return prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared)
     prep = Prepared(data, (src, dst, n), data.feat.to(device), data.label.to(device), masks,
                     device, data.fingerprint(), name)  # fmt: skip
     prep.graph(get_engine(engine).graph)  # built now: a bad graph fails before training
     return prep
-
-
-def _loss(task: str, logits: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy (multiclass; binary as two classes) or BCE on (N, C) 0/1 targets."""
-    if task == "multilabel":
-        return F.binary_cross_entropy_with_logits(logits, label.to(logits.dtype))
-    return F.cross_entropy(logits, label)
 
 
 def _optimizer(cfg: RunConfig, params):
@@ -215,7 +223,13 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str) -> _Run:
     ctl, ctx = None, contextlib.nullcontext()
     if engine.approximates:
         rsc_cfg = cfg.rsc if method == "rsc" else RSCConfig(switch_at=0.0, total_steps=t.epochs)
-        if engine.patched:
+        if prep.dist is not None:
+            from ..distributed.controller import DistributedRSCController
+            from ..distributed.dropout import localize_dropout
+
+            ctl = attach(model, DistributedRSCController(prep.dist, rsc_cfg))
+            localize_dropout(model, prep.owned, prep.data.num_nodes, cfg.distributed.dropout)
+        elif engine.patched:
             ctl = RSCController(rsc_cfg)
             ctx = patch(ctl)
         else:
@@ -243,14 +257,15 @@ def _train_step(run: _Run, prep: Prepared) -> dict:
     t0 = time.perf_counter()
     with run.autocast():
         logits = run.model(run.graph, prep.feat)
-        loss = _loss(prep.data.task, logits[mask].float(), prep.label[mask])
+        loss = prep.reducer.loss(prep.data.task, logits[mask].float(), prep.label[mask])
     _sync(dev)
     t1 = time.perf_counter()
-    value = float(loss)
+    value = prep.reducer.value(loss)  # the whole graph's loss (summed over ranks)
     if not math.isfinite(value):
         return {"loss": value}  # no backward, no step: the caller stops the run
     run.opt.zero_grad(set_to_none=True)
     (run.scaler.scale(loss) if run.scaler else loss).backward()
+    prep.reducer.after_backward(run.model)  # gradients summed over ranks
     _sync(dev)
     t2 = time.perf_counter()
     if run.scaler:
@@ -305,6 +320,7 @@ def train_one(
     bar = tqdm(total=t.epochs, initial=len(history), desc=f"{method} seed {seed}",
                disable=quiet, dynamic_ncols=True)  # fmt: skip
     last = _counters(run.ctl)
+    traffic = traffic_now(prep)
     with run.ctx, contextlib.closing(bar):
         for epoch in range(len(history) + 1, t.epochs + 1):
             phase = run.ctl.phase() if run.ctl is not None and method == "rsc" else "exact"
@@ -317,6 +333,9 @@ def train_one(
                     "check the data; resuming unchanged would diverge again."
                 )
             rec = {"epoch": epoch, "phase": phase, **step}
+            if prep.dist is not None:
+                rec["dist"] = epoch_traffic(prep, traffic)
+                traffic = traffic_now(prep)
             now = _counters(run.ctl)
             visited, total, select_s = (a - b for a, b in zip(now, last))
             last = now
@@ -344,6 +363,7 @@ def train_one(
         "history": history, "best": best,
         "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
         "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,
+        "distributed": dist_summary(prep),
     }  # fmt: skip
 
 
@@ -353,13 +373,10 @@ def _fmt(v) -> str:
 
 def _evaluate(run: _Run, prep: Prepared) -> dict:
     """``{"train", "val", "test"}`` metric of the model in eval mode, without gradients."""
-    from ..data.metrics import evaluate
-
     run.model.eval()
     with torch.no_grad(), run.autocast():
         logits = run.model(run.graph, prep.feat).float()
-    metric = prep.data.metric
-    return {s: float(evaluate(metric, logits, prep.label, m)) for s, m in prep.masks.items()}
+    return prep.reducer.metrics(prep.data.metric, logits, prep.label, prep.masks)
 
 
 def run_experiment(
@@ -374,9 +391,12 @@ def run_experiment(
     those files are checked before the first epoch trains. Each file is listed in the
     directory's manifest before it is written; records are strict JSON."""
     plan = [(seed, method) for seed in cfg.train.seeds for method in methods(cfg)]
+    dist = prep.dist
+    main = dist is None or dist.is_main
+    rank = "" if dist is None else f".rank{dist.rank}"
     paths = {
         (s, m): (os.path.join(out_dir, "runs", f"{m}-seed{s}.json"),
-                 os.path.join(out_dir, "checkpoints", f"{m}-seed{s}.pt"))
+                 os.path.join(out_dir, "checkpoints", f"{m}-seed{s}{rank}.pt"))
         for s, m in plan
     }  # fmt: skip
     done = {}
@@ -390,9 +410,16 @@ def run_experiment(
     for seed, method in plan:
         if (seed, method) not in done:
             record, ckpt = paths[seed, method]
-            claim(out_dir, record, *([ckpt] if cfg.train.checkpoint_every else []))
-            rec = train_one(cfg, prep, method, seed, ckpt, progress, on_epoch_end)
-            atomic_write_text(record, strict_json(rec))
+            if main:  # the manifest and the records are rank 0's; checkpoints every rank's
+                ckpts = [ckpt] if dist is None else [
+                    ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
+                ]  # fmt: skip
+                claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
+            if dist is not None:
+                dist.barrier(f"starting {method}-seed{seed}")
+            rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end)
+            if main:
+                atomic_write_text(record, strict_json(rec))
             done[seed, method] = rec
         records.append(done[seed, method])
     return records

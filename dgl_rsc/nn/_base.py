@@ -128,6 +128,10 @@ class RSCLayer(nn.Module):
                 f"slot {slot} is out of range: {type(self).__name__} declares "
                 f"rsc_products={self.rsc_products}."
             )
+        custom = getattr(graph, "rsc_aggregate", None)
+        if custom is not None:  # a graph with its own aggregation (a distributed LocalGraph)
+            return custom(feat, edge_weight, lambda A: self._backward_state(slot, feat, A),
+                          **scales)  # fmt: skip
         A, eids = message_structure(graph, self._structures())
         if feat.dim() == 0 or feat.shape[0] != A.shape[1]:
             raise layer_error(

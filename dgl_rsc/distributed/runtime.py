@@ -1,0 +1,159 @@
+"""The process group of a distributed run, its timeouts, and the byte counters.
+
+Workers are started by torch's launcher (``torchrun`` / ``python -m torch.distributed.run``,
+which ``dgl-rsc run --nproc N`` calls) and find each other through the environment it sets
+(``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...). Every blocking wait has a timeout, and a
+failed wait raises :class:`DistributedError` naming this rank and the peer; torch's launcher
+then stops the other workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+from collections import defaultdict
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DistContext",
+    "DistributedError",
+    "ByteCounter",
+    "MESSAGE_KINDS",
+    "launched_by_torchrun",
+    "init_from_env",
+    "wait_all",
+]
+
+#: message kinds counted separately (bytes per rank)
+MESSAGE_KINDS = ("forward_halo", "backward_halo", "allreduce", "eval_halo", "control")
+
+
+class DistributedError(RuntimeError):
+    """A collective or point-to-point exchange failed or timed out; names rank and peer."""
+
+
+class ByteCounter:
+    """Bytes this rank sent and received, by message kind (see :data:`MESSAGE_KINDS`).
+
+    Example:
+        >>> c = ByteCounter()
+        >>> c.add("forward_halo", sent=400, received=300)
+        >>> c.snapshot()["forward_halo"]
+        {'sent': 400, 'received': 300, 'messages': 1}
+    """
+
+    def __init__(self):
+        self._sent = defaultdict(int)
+        self._received = defaultdict(int)
+        self._messages = defaultdict(int)
+
+    def add(self, kind: str, sent: int = 0, received: int = 0, messages: int = 1) -> None:
+        if kind not in MESSAGE_KINDS:
+            raise ValueError(f"unknown message kind {kind!r}; known: {', '.join(MESSAGE_KINDS)}.")
+        self._sent[kind] += int(sent)
+        self._received[kind] += int(received)
+        self._messages[kind] += int(messages)
+
+    def snapshot(self) -> dict:
+        """``{kind: {"sent", "received", "messages"}}`` so far (plain ints)."""
+        return {k: {"sent": self._sent[k], "received": self._received[k],
+                    "messages": self._messages[k]} for k in MESSAGE_KINDS}  # fmt: skip
+
+    @staticmethod
+    def delta(after: dict, before: dict) -> dict:
+        """``after - before`` of two snapshots."""
+        return {k: {f: after[k][f] - before[k][f] for f in after[k]} for k in after}
+
+
+@dataclasses.dataclass
+class DistContext:
+    """This worker's place in the run.
+
+    Attributes:
+        rank, world_size: as torch.distributed numbers them.
+        device: where this rank's tensors live.
+        timeout: the longest any wait may take.
+        bytes: this rank's :class:`ByteCounter`.
+    """
+
+    rank: int
+    world_size: int
+    device: torch.device
+    timeout: datetime.timedelta
+    bytes: ByteCounter = dataclasses.field(default_factory=ByteCounter)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self, what: str) -> None:
+        """A barrier that fails with the rank and ``what`` instead of hanging."""
+        if self.world_size == 1:
+            return
+        try:
+            dist.monitored_barrier(timeout=self.timeout) if _monitored() else dist.barrier()
+        except RuntimeError as exc:
+            raise DistributedError(f"rank {self.rank}: {what}: a peer did not arrive "
+                                   f"within {self.timeout} ({exc}).") from None  # fmt: skip
+
+    def all_reduce_(self, t: torch.Tensor, kind: str = "control") -> torch.Tensor:
+        """Sum ``t`` over ranks in place (counted as ``2 (P-1)/P`` of its bytes each way,
+        what a ring all-reduce moves)."""
+        if self.world_size > 1:
+            try:
+                dist.all_reduce(t)
+            except RuntimeError as exc:
+                raise DistributedError(f"rank {self.rank}: all-reduce ({kind}) failed: "
+                                       f"{exc}") from None  # fmt: skip
+            wire = t.numel() * t.element_size() * 2 * (self.world_size - 1) // self.world_size
+            self.bytes.add(kind, sent=wire, received=wire)
+        return t
+
+
+def _monitored() -> bool:
+    return dist.get_backend() == "gloo"
+
+
+def launched_by_torchrun() -> bool:
+    """``True`` in a worker that torch's launcher started (its environment names a rank)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def init_from_env(backend: str = "auto", device: str = "cpu", timeout_s: float = 300.0):
+    """Join the process group torch's launcher described in the environment.
+
+    Args:
+        backend: ``"auto"`` (NCCL for CUDA, gloo for CPU), ``"gloo"`` or ``"nccl"``.
+        device: ``"cpu"``, ``"cuda"`` (this rank's local GPU, ``LOCAL_RANK``) or ``"auto"``.
+        timeout_s: the longest any collective or exchange may wait.
+
+    Returns:
+        A :class:`DistContext`.
+    """
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(dev)
+    if backend == "auto":
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timeout)
+    return DistContext(dist.get_rank(), dist.get_world_size(), dev, timeout)
+
+
+def wait_all(works: list, ctx: DistContext, what: str, peers: Optional[list] = None) -> None:
+    """Wait for point-to-point operations, each with the context's timeout."""
+    for i, w in enumerate(works):
+        try:
+            w.wait(ctx.timeout)
+        except RuntimeError as exc:
+            peer = f" with rank {peers[i]}" if peers else ""
+            raise DistributedError(f"rank {ctx.rank}: {what}{peer} failed or timed out after "
+                                   f"{ctx.timeout}: {exc}") from None  # fmt: skip

@@ -1,0 +1,84 @@
+"""The distributed side of a launcher run: joining the process group and building this rank's
+share of the data, and the per-epoch traffic of every rank (bytes by message kind, exchange
+seconds) recorded with the epoch."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from ..config import ConfigError
+from .outputs import PARTITION_CACHE
+
+__all__ = ["prepare_rank", "traffic_now", "epoch_traffic", "dist_summary"]
+
+
+def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
+    """This rank's share of the experiment (the process group is joined here)."""
+    from ..distributed.reduce import DistReducer
+    from ..distributed.runtime import init_from_env, launched_by_torchrun
+    from ..distributed.setup import rank_data
+
+    d = cfg.distributed
+    if not launched_by_torchrun():
+        raise ConfigError(
+            "the config has a distributed section but this process was not started by "
+            "torch's launcher: run `dgl-rsc run CONFIG --nproc N` (or torchrun ... -m dgl_rsc "
+            "run CONFIG), or set distributed: null to train on one process."
+        )
+    ctx = init_from_env(d.backend, cfg.train.device, d.timeout_s)
+    parts = d.partitions or ctx.world_size
+    default = os.path.join(out_dir, PARTITION_CACHE) if out_dir else None
+    cache = d.partition_cache or default
+    codecs = codecs_for(d)
+    rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
+                   cache_dir=cache, overlap=d.overlap, forward_codec=codecs[0],
+                   backward_codec=codecs[1])  # fmt: skip
+    prep = prepared_cls(data, edges, rd.feat, rd.label, rd.masks, ctx.device, data.fingerprint(),
+                    name, {"native": rd.graph}, DistReducer(ctx, rd.train_total), ctx,
+                    {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
+    prep.owned = rd.owned
+    return prep
+
+
+def codecs_for(d) -> tuple:
+    """The forward and backward codecs of the distributed section's bit widths."""
+    from ..distributed.exchange import RawCodec
+
+    return RawCodec(), RawCodec()
+
+
+def traffic_now(prep):
+    """This rank's byte counters and exchange timings so far (``None`` on one process)."""
+    if prep.dist is None:
+        return None
+    return prep.dist.bytes.snapshot(), dict(prep.graph("native").exchange.timings)
+
+
+def epoch_traffic(prep, before) -> dict:
+    """Every rank's bytes by message kind and exchange seconds over the epoch just done:
+    ``{"bytes": [per rank {kind: {sent, received, messages}}], "timings": [per rank]}``."""
+    from ..distributed.controller import gather_rows
+    from ..distributed.runtime import MESSAGE_KINDS, ByteCounter
+
+    counts, times = traffic_now(prep)
+    delta = ByteCounter.delta(counts, before[0])
+    names = sorted(times)
+    row = [float(delta[k][f]) for k in MESSAGE_KINDS for f in ("sent", "received", "messages")]
+    row += [times[n] - before[1][n] for n in names]
+    rows, _ = gather_rows(torch.tensor([row], dtype=torch.float64), prep.dist)
+    per_rank_bytes, per_rank_times = [], []
+    for r in rows.tolist():
+        it = iter(r)
+        per_rank_bytes.append({k: {f: int(next(it)) for f in ("sent", "received", "messages")}
+                               for k in MESSAGE_KINDS})  # fmt: skip
+        per_rank_times.append({n: next(it) for n in names})
+    return {"bytes": per_rank_bytes, "timings": per_rank_times}
+
+
+def dist_summary(prep) -> Optional[dict]:
+    if prep.dist is None:
+        return None
+    return {"world_size": prep.dist.world_size, "partition": prep.partition}

@@ -1,0 +1,93 @@
+"""The ``distributed`` section of a launcher config.
+
+::
+
+    distributed:
+      partitions: 4          # = the number of processes (dgl-rsc run --nproc 4)
+      method: metis          # metis (default), random, contiguous (or metis-dgl with DGL)
+      seed: 0                # the partitioner's seed
+      backend: auto          # auto: NCCL for CUDA, gloo for CPU
+      overlap: true          # aggregate central rows while the halo is in flight
+      dropout: global        # global: the masks of one process (exact); local: per rank
+      timeout_s: 300         # the longest any exchange or collective may wait
+      partition_cache: null  # where partitions are cached (default: <out>/partitions)
+      forward_bits: 32       # halo messages forward: 32 (fp32), 16, 8, 4, 2 or adaptive
+      backward_bits: 32      # ... and their gradients backward
+
+``distributed: null`` (the default) trains on one process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from ..config import ConfigError, unknown_key_message
+
+__all__ = ["DistConfig", "resolve_distributed", "BITS"]
+
+#: what a halo message may travel as (bits per value; "adaptive": chosen per message group)
+BITS = (32, 16, 8, 4, 2, "adaptive")
+_BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclasses.dataclass(frozen=True)
+class DistConfig:
+    """A validated ``distributed`` section (see the module docstring)."""
+
+    partitions: Optional[int] = None
+    method: str = "metis"
+    seed: int = 0
+    backend: str = "auto"
+    overlap: bool = True
+    dropout: str = "global"
+    timeout_s: float = 300.0
+    partition_cache: Optional[str] = None
+    forward_bits: object = 32
+    backward_bits: object = 32
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistConfig]:
+    """Validate ``raw["distributed"]`` (``None`` when absent or null).
+
+    ``check_value`` and ``Rule`` are the launcher schema's (passed in: no import cycle).
+    """
+    sec = raw.get("distributed")
+    if sec is None:
+        return None
+    if not isinstance(sec, dict):
+        raise ConfigError(f"distributed must be a mapping of keys to values, got {sec!r}.")
+    from ..distributed.dropout import DROPOUT_MODES
+    from ..distributed.partition import PARTITIONERS
+
+    allowed = [f.name for f in dataclasses.fields(DistConfig)]
+    for key in sec:
+        if key not in allowed:
+            raise ConfigError(unknown_key_message(str(key), allowed, "distributed"))
+    rules = {
+        "partitions": Rule(int, 1, optional=True),
+        "method": Rule(str, choices=tuple(PARTITIONERS)),
+        "seed": Rule(int, 0),
+        "backend": Rule(str, choices=_BACKENDS),
+        "overlap": Rule(bool),
+        "dropout": Rule(str, choices=DROPOUT_MODES),
+        "timeout_s": Rule(float, 0.0, lo_open=True),
+        "partition_cache": Rule(str, optional=True),
+    }
+    out = {k: check_value(f"distributed.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
+    for key in ("forward_bits", "backward_bits"):
+        if key in sec:
+            value = sec[key]
+            if isinstance(value, bool) or value not in BITS:
+                opts = ", ".join(map(str, BITS))
+                raise ConfigError(f"distributed.{key}={value!r} is not one of {opts}.")
+            out[key] = value
+    if model.get("batch_norm"):
+        raise ConfigError(
+            "model.batch_norm=true cannot train distributed: the batch statistics would be "
+            "per partition. Use batch_norm: false (or a model with layer normalization)."
+        )
+    return DistConfig(**out)
