@@ -76,3 +76,25 @@ def test_resumed_distributed_run_equals_an_uninterrupted_one(tmp_path):
         la = torch.tensor([h["loss"] for h in ra["history"]])
         lb = torch.tensor([h["loss"] for h in rb["history"]])
         torch.testing.assert_close(la, lb, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [8, 4, 2, "adaptive"])
+def test_quantized_halo_messages_train_and_send_fewer_bytes(tmp_path, bits):
+    cfg = write_config(tmp_path, rsc={"budget": 0.3}, train={"epochs": 6})
+    base, quant = tmp_path / "fp32", tmp_path / f"q{bits}"
+    assert dgl_rsc(cfg, "--out", str(base), "--nproc", "2").returncode == 0
+    proc = dgl_rsc(cfg, "--out", str(quant), "--nproc", "2", "--set",
+                   f"distributed.forward_bits={bits}", "--set",
+                   f"distributed.backward_bits={bits}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, a = losses(base)
+    b_losses, b = losses(quant)
+    assert all(bool(torch.isfinite(v).all()) for v in b_losses.values())
+
+    def fwd(runs):
+        return sum(r["forward_halo"]["sent"] for run in runs for h in run["history"]
+                   for r in h["dist"]["bytes"])  # fmt: skip
+
+    assert fwd(b) < 0.6 * fwd(a)
+    report = b[0]["distributed"]["forward_bits"]
+    assert report["histogram"] and report["error"] is not None and report["error"] < 1.0

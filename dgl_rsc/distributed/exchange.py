@@ -11,9 +11,9 @@ rows. Only rows that are not all zero travel (an index and the rows): with RSC's
 backward, a halo row gets a gradient only when a kept row touches it, so the budget shrinks
 the bytes sent. A first round tells each peer how many rows follow.
 
-The rows travel through a codec (:class:`RawCodec`, 32-bit: the rows' bytes as they are;
-quantized codecs of :mod:`dgl_rsc.distributed.quant` plug in the same way). Every message is
-counted in the context's :class:`~dgl_rsc.distributed.runtime.ByteCounter`.
+The rows travel through a codec picked by a bit-width policy (:mod:`.codecs`: 32-bit rows as
+they are, or the quantized codes of :mod:`dgl_rsc.distributed.quant`, fixed or adaptive).
+Every message is counted in the context's :class:`~dgl_rsc.distributed.runtime.ByteCounter`.
 """
 
 from __future__ import annotations
@@ -65,17 +65,22 @@ class HaloExchange:
     Args:
         part: the rank's :class:`~dgl_rsc.distributed.halo.LocalPartition`.
         ctx: the :class:`~dgl_rsc.distributed.runtime.DistContext`.
-        forward_codec, backward_codec: how rows travel (default :class:`RawCodec`).
+        forward_policy, backward_policy: the widths messages travel at
+            (:class:`~dgl_rsc.distributed.codecs.BitPolicy`; default 32 bits). Evaluation
+            messages always travel in 32 bits.
 
     Attributes:
         timings: seconds spent posting, waiting and computing while waiting, per phase.
     """
 
-    def __init__(self, part: LocalPartition, ctx: DistContext, forward_codec=None,
-                 backward_codec=None):  # fmt: skip
+    def __init__(self, part: LocalPartition, ctx: DistContext, forward_policy=None,
+                 backward_policy=None):  # fmt: skip
+        from .codecs import BitPolicy
+
         self.part, self.ctx = part, ctx
-        self.forward_codec = forward_codec or RawCodec()
-        self.backward_codec = backward_codec or RawCodec()
+        self.forward_policy = forward_policy or BitPolicy(32)
+        self.backward_policy = backward_policy or BitPolicy(32)
+        self._direction, self._slot = "backward", 0
         dev = ctx.device
         self.send_idx = [t.to(dev) for t in part.send_idx]
         self.offsets = part.halo_offsets.tolist()
@@ -83,28 +88,51 @@ class HaloExchange:
         self.timings = {"forward_post": 0.0, "forward_wait": 0.0, "backward": 0.0}
         self._tag = 0
 
+    def _slot_of(self, direction: str):
+        """The message slot: the n-th exchange of a training step in its direction."""
+        if direction != self._direction:
+            self._direction, self._slot = direction, 0
+        self._slot += 1
+        return (direction, self._slot - 1)
+
     def _next_tag(self) -> int:
         self._tag = (self._tag + 1) % (1 << 20)
         return self._tag
 
     # -- forward --------------------------------------------------------------------------------
     def start_forward(self, x_own: torch.Tensor, kind: str = "forward_halo"):
-        """Post this rank's boundary rows and the receives of its halo; returns a handle."""
+        """Post this rank's boundary rows and the receives of its halo; returns a handle.
+
+        Training messages travel at the forward policy's widths (adaptive widths are told to
+        the receivers first); evaluation messages (``kind="eval_halo"``) in 32 bits."""
+        from .codecs import codec_for
+
         t0 = time.perf_counter()
-        codec, width, tag = self.forward_codec, x_own.shape[1], self._next_tag()
+        width, dev = x_own.shape[1], x_own.device
+        out_rows = {q: x_own[self.send_idx[q]] for q in self.peers if self.send_idx[q].numel()}
+        n_in = {q: self.offsets[q + 1] - self.offsets[q] for q in self.peers}
+        policy = self.forward_policy if kind == "forward_halo" else None
+        if policy is None:
+            bits = {q: 32 for q in out_rows}
+            bits_in = {q: 32 for q in n_in}
+        else:
+            bits = policy.choose(self._slot_of("forward"), out_rows)
+            bits_in = ({q: policy.spec for q in n_in} if policy.fixed
+                       else self._tell_bits(bits, [q for q in n_in if n_in[q]]))  # fmt: skip
+        gen = None if policy is None else policy.generator
+        tag = self._next_tag()
         works, peers, recv, keep = [], [], {}, []
         sent = received = 0
         for q in self.peers:
-            n_in = self.offsets[q + 1] - self.offsets[q]
-            if n_in:
-                buf = torch.empty(codec.nbytes(n_in, width), dtype=torch.uint8,
-                                  device=x_own.device)  # fmt: skip
+            if n_in[q]:
+                codec = codec_for(bits_in[q], gen)
+                buf = torch.empty(codec.nbytes(n_in[q], width), dtype=torch.uint8, device=dev)
                 works.append(dist.irecv(buf, src=q, tag=tag))
                 peers.append(q)
-                recv[q] = (buf, n_in)
+                recv[q] = (buf, n_in[q], codec)
                 received += buf.numel()
-            if self.send_idx[q].numel():
-                payload = codec.encode(x_own[self.send_idx[q]])
+            if q in out_rows:
+                payload = codec_for(bits[q], gen).encode(out_rows[q])
                 works.append(dist.isend(payload, dst=q, tag=tag))
                 peers.append(q)
                 keep.append(payload)
@@ -113,6 +141,25 @@ class HaloExchange:
         self.timings["forward_post"] += time.perf_counter() - t0
         return works, peers, recv, keep, width, x_own.dtype
 
+    def _tell_bits(self, bits: dict, senders: list) -> dict:
+        """Send each destination the width of its message; returns the senders' widths."""
+        tag = self._next_tag()
+        dev = self.ctx.device
+        inbox = {q: torch.zeros(1, dtype=torch.int64, device=dev) for q in senders}
+        works, peers, keep = [], [], []
+        for q, buf in inbox.items():
+            works.append(dist.irecv(buf, src=q, tag=tag))
+            peers.append(q)
+        for q, b in bits.items():
+            t = torch.tensor([int(b)], dtype=torch.int64, device=dev)
+            keep.append(t)
+            works.append(dist.isend(t, dst=q, tag=tag))
+            peers.append(q)
+        wait_all(works, self.ctx, "telling the forward bit widths", peers)
+        self.ctx.bytes.add("control", sent=8 * len(bits), received=8 * len(inbox),
+                           messages=len(works))  # fmt: skip
+        return {q: int(buf) for q, buf in inbox.items()}
+
     def finish_forward(self, handle) -> torch.Tensor:
         """Wait for the halo rows; ``(n_halo, D)`` in the local halo order."""
         works, peers, recv, _, width, dtype = handle
@@ -120,18 +167,21 @@ class HaloExchange:
         wait_all(works, self.ctx, "the forward halo exchange", peers)
         self.timings["forward_wait"] += time.perf_counter() - t0
         halo = torch.empty(self.part.n_halo, width, dtype=dtype, device=self.ctx.device)
-        for q, (buf, n_in) in recv.items():
+        for q, (buf, n_in, codec) in recv.items():
             lo = self.offsets[q]
-            halo[lo : lo + n_in] = self.forward_codec.decode(buf, n_in, width, dtype)
+            halo[lo : lo + n_in] = codec.decode(buf, n_in, width, dtype)
         return halo
 
     # -- backward -------------------------------------------------------------------------------
     def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor) -> torch.Tensor:
         """Send the halo rows' gradient ``(n_halo, D)`` to their owners and add what the
         others send back to ``g_own (n_own, D)`` (in place); rows that are all zero stay
-        home. Returns ``g_own``."""
+        home. A first round tells each owner how many rows follow and at which width.
+        Returns ``g_own``."""
+        from .codecs import codec_for
+
         t0 = time.perf_counter()
-        codec, width, tag = self.backward_codec, g_halo.shape[1], self._next_tag()
+        width, dev, policy = g_halo.shape[1], g_own.device, self.backward_policy
         outgoing = {}
         for q in self.peers:
             lo, hi = self.offsets[q], self.offsets[q + 1]
@@ -139,44 +189,47 @@ class HaloExchange:
                 block = g_halo[lo:hi]
                 rows = torch.nonzero((block != 0).any(dim=1)).squeeze(1)  # NaN != 0: sent
                 outgoing[q] = (rows.to(torch.int32), block[rows])
-        # round 1: how many rows each peer sends
-        counts_in = {q: torch.zeros(1, dtype=torch.int64, device=g_own.device)
-                     for q in self.peers if self.send_idx[q].numel()}  # fmt: skip
+        bits = policy.choose(self._slot_of("backward"), {q: v for q, (_, v) in outgoing.items()})
+        # round 1: how many rows each peer sends, and at which width
+        tag = self._next_tag()
+        heads = {q: torch.zeros(2, dtype=torch.int64, device=dev)
+                 for q in self.peers if self.send_idx[q].numel()}  # fmt: skip
         works, peers, keep = [], [], []
-        for q, buf in counts_in.items():
+        for q, buf in heads.items():
             works.append(dist.irecv(buf, src=q, tag=tag))
             peers.append(q)
         for q, (rows, _) in outgoing.items():
-            n = torch.tensor([rows.numel()], dtype=torch.int64, device=g_own.device)
-            keep.append(n)
-            works.append(dist.isend(n, dst=q, tag=tag))
+            head = torch.tensor([rows.numel(), int(bits[q])], dtype=torch.int64, device=dev)
+            keep.append(head)
+            works.append(dist.isend(head, dst=q, tag=tag))
             peers.append(q)
         wait_all(works, self.ctx, "the backward halo counts", peers)
-        self.ctx.bytes.add("control", sent=8 * len(outgoing), received=8 * len(counts_in),
+        self.ctx.bytes.add("control", sent=16 * len(outgoing), received=16 * len(heads),
                            messages=len(works))  # fmt: skip
         # round 2: the rows (an index and the payload)
         tag2 = self._next_tag()
         works, peers, recv = [], [], {}
         sent = received = 0
-        for q, buf in counts_in.items():
-            n = int(buf)
+        for q, buf in heads.items():
+            n, b = (int(v) for v in buf.tolist())
             if n:
-                idx = torch.empty(n, dtype=torch.int32, device=g_own.device)
-                pay = torch.empty(codec.nbytes(n, width), dtype=torch.uint8, device=g_own.device)
+                codec = codec_for(b, policy.generator)
+                idx = torch.empty(n, dtype=torch.int32, device=dev)
+                pay = torch.empty(codec.nbytes(n, width), dtype=torch.uint8, device=dev)
                 works += [dist.irecv(idx, src=q, tag=tag2), dist.irecv(pay, src=q, tag=tag2)]
                 peers += [q, q]
-                recv[q] = (idx, pay, n)
+                recv[q] = (idx, pay, n, codec)
                 received += idx.numel() * 4 + pay.numel()
         for q, (rows, vals) in outgoing.items():
             if rows.numel():
-                payload = codec.encode(vals)
+                payload = codec_for(bits[q], policy.generator).encode(vals)
                 keep += [rows, payload]
                 works += [dist.isend(rows, dst=q, tag=tag2), dist.isend(payload, dst=q, tag=tag2)]
                 peers += [q, q]
                 sent += rows.numel() * 4 + payload.numel()
         wait_all(works, self.ctx, "the backward halo exchange", peers)
         self.ctx.bytes.add("backward_halo", sent=sent, received=received, messages=len(works))
-        for q, (idx, pay, n) in recv.items():
+        for q, (idx, pay, n, codec) in recv.items():
             rows = self.send_idx[q][idx.long()]
             g_own.index_add_(0, rows, codec.decode(pay, n, width, g_own.dtype))
         self.timings["backward"] += time.perf_counter() - t0

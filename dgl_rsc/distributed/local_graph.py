@@ -116,7 +116,8 @@ class LocalGraph:
         hint_local = None
         if state is not None and hint is not None:
             col = hint.detach().to(flat.dtype).unsqueeze(1)
-            hint_local = torch.cat([col, self.exchange.exchange_once(col, kind)]).squeeze(1)
+            halo_col = self.exchange.exchange_once(col, "control")  # 32-bit, not a halo slot
+            hint_local = torch.cat([col, halo_col]).squeeze(1)
         row = None if row_scale is None else row_scale.detach()
         out = HaloSpMM.apply(flat, self, state, row, bool(row_divide and row is not None),
                              hint_local, kind)  # fmt: skip

@@ -54,7 +54,7 @@ class RankData:
 
 def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis",
               seed: int = 0, cache_dir: Optional[str] = None, overlap: bool = True,
-              forward_codec=None, backward_codec=None) -> RankData:  # fmt: skip
+              forward_policy=None, backward_policy=None) -> RankData:  # fmt: skip
     """Partition ``edges = (src, dst, N)`` of ``data`` (a :class:`~dgl_rsc.data.GraphData`)
     into ``parts`` and build this rank's :class:`RankData`.
 
@@ -88,7 +88,7 @@ def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis
         )
     lp = build_local(src, dst, n, part, ctx.rank, parts)
     dev = ctx.device
-    exchange = HaloExchange(lp, ctx, forward_codec, backward_codec)
+    exchange = HaloExchange(lp, ctx, forward_policy, backward_policy)
     graph = LocalGraph(lp, ctx, exchange, overlap=overlap)
     owned = lp.owned
     masks = {s: getattr(data, f"{s}_mask")[owned].to(dev) for s in ("train", "val", "test")}

@@ -12,7 +12,14 @@ import torch
 from ..config import ConfigError
 from .outputs import PARTITION_CACHE
 
-__all__ = ["prepare_rank", "traffic_now", "epoch_traffic", "dist_summary"]
+__all__ = [
+    "prepare_rank",
+    "policies_for",
+    "start_run",
+    "traffic_now",
+    "epoch_traffic",
+    "dist_summary",
+]
 
 
 def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
@@ -32,10 +39,10 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
     parts = d.partitions or ctx.world_size
     default = os.path.join(out_dir, PARTITION_CACHE) if out_dir else None
     cache = d.partition_cache or default
-    codecs = codecs_for(d)
+    fwd, bwd = policies_for(d, ctx)
     rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
-                   cache_dir=cache, overlap=d.overlap, forward_codec=codecs[0],
-                   backward_codec=codecs[1])  # fmt: skip
+                   cache_dir=cache, overlap=d.overlap, forward_policy=fwd,
+                   backward_policy=bwd)  # fmt: skip
     prep = prepared_cls(data, edges, rd.feat, rd.label, rd.masks, ctx.device, data.fingerprint(),
                     name, {"native": rd.graph}, DistReducer(ctx, rd.train_total), ctx,
                     {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
@@ -43,11 +50,31 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
     return prep
 
 
-def codecs_for(d) -> tuple:
-    """The forward and backward codecs of the distributed section's bit widths."""
-    from ..distributed.exchange import RawCodec
+def policies_for(d, ctx) -> tuple:
+    """The forward and backward :class:`~dgl_rsc.distributed.codecs.BitPolicy` of the
+    distributed section (the cost model measured over the group when asked)."""
+    from ..distributed.bitwidth import CostModel
+    from ..distributed.codecs import DEFAULT_COST, BitPolicy
 
-    return RawCodec(), RawCodec()
+    cost = DEFAULT_COST
+    if d.cost_alpha is not None or d.cost_beta is not None:
+        cost = CostModel(d.cost_alpha or DEFAULT_COST.alpha, d.cost_beta or DEFAULT_COST.beta)
+    elif "adaptive" in (d.forward_bits, d.backward_bits) and d.calibrate:
+        from ..distributed.calibrate import calibrate
+
+        cost = calibrate(timeout=d.timeout_s)
+    gen = torch.Generator(device=ctx.device).manual_seed(d.seed * 7919 + ctx.rank)
+    kw = dict(interval=d.adaptive_interval, weight=d.adaptive_weight,
+              allowed=tuple(d.adaptive_bits), cost=cost, generator=gen)  # fmt: skip
+    return BitPolicy(d.forward_bits, **kw), BitPolicy(d.backward_bits, **kw)
+
+
+def start_run(prep) -> None:
+    """A new run on the same local graph: its bit-width choices and reports start afresh."""
+    if prep.dist is not None:
+        ex = prep.graph("native").exchange
+        ex.forward_policy.reset()
+        ex.backward_policy.reset()
 
 
 def traffic_now(prep):
@@ -81,4 +108,7 @@ def epoch_traffic(prep, before) -> dict:
 def dist_summary(prep) -> Optional[dict]:
     if prep.dist is None:
         return None
-    return {"world_size": prep.dist.world_size, "partition": prep.partition}
+    ex = prep.graph("native").exchange
+    return {"world_size": prep.dist.world_size, "partition": prep.partition,
+            "forward_bits": ex.forward_policy.report(),
+            "backward_bits": ex.backward_policy.report()}  # fmt: skip

@@ -13,6 +13,12 @@
       partition_cache: null  # where partitions are cached (default: <out>/partitions)
       forward_bits: 32       # halo messages forward: 32 (fp32), 16, 8, 4, 2 or adaptive
       backward_bits: 32      # ... and their gradients backward
+      adaptive_interval: 10  # adaptive: steps a choice of widths is kept
+      adaptive_weight: 1.0   # adaptive: weight of relative variance against relative time
+      adaptive_bits: [2, 4, 8]  # adaptive: the widths to choose from
+      calibrate: false       # adaptive: measure the alpha-beta cost model at start-up
+      cost_alpha: null       # or give it: seconds per message ...
+      cost_beta: null        # ... and seconds per byte (default 5e-5 s, 1e-9 s/byte)
 
 ``distributed: null`` (the default) trains on one process.
 """
@@ -45,9 +51,17 @@ class DistConfig:
     partition_cache: Optional[str] = None
     forward_bits: object = 32
     backward_bits: object = 32
+    adaptive_interval: int = 10
+    adaptive_weight: float = 1.0
+    adaptive_bits: tuple = (2, 4, 8)
+    calibrate: bool = False
+    cost_alpha: Optional[float] = None
+    cost_beta: Optional[float] = None
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["adaptive_bits"] = list(self.adaptive_bits)
+        return out
 
 
 def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistConfig]:
@@ -76,6 +90,11 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
         "dropout": Rule(str, choices=DROPOUT_MODES),
         "timeout_s": Rule(float, 0.0, lo_open=True),
         "partition_cache": Rule(str, optional=True),
+        "adaptive_interval": Rule(int, 1),
+        "adaptive_weight": Rule(float, 0.0),
+        "calibrate": Rule(bool),
+        "cost_alpha": Rule(float, 0.0, optional=True),
+        "cost_beta": Rule(float, 0.0, optional=True),
     }
     out = {k: check_value(f"distributed.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
     for key in ("forward_bits", "backward_bits"):
@@ -85,6 +104,16 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
                 opts = ", ".join(map(str, BITS))
                 raise ConfigError(f"distributed.{key}={value!r} is not one of {opts}.")
             out[key] = value
+    if "adaptive_bits" in sec:
+        widths = sec["adaptive_bits"]
+        if not isinstance(widths, (list, tuple)) or not widths or any(
+            isinstance(b, bool) or b not in (2, 4, 8, 16, 32) for b in widths
+        ):
+            raise ConfigError(
+                f"distributed.adaptive_bits={widths!r} must be a non-empty list of widths "
+                "from 2, 4, 8, 16, 32."
+            )
+        out["adaptive_bits"] = tuple(int(b) for b in widths)
     if model.get("batch_norm"):
         raise ConfigError(
             "model.batch_norm=true cannot train distributed: the batch statistics would be "

@@ -45,7 +45,7 @@ from ..models import build_model
 from ..nn import attach
 from ..patch import patch
 from .checkpoint import atomic_write_text, claim, save_checkpoint
-from .dist_run import dist_summary, epoch_traffic, traffic_now
+from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
 from .schema import RunConfig
@@ -320,6 +320,7 @@ def train_one(
     bar = tqdm(total=t.epochs, initial=len(history), desc=f"{method} seed {seed}",
                disable=quiet, dynamic_ncols=True)  # fmt: skip
     last = _counters(run.ctl)
+    start_run(prep)
     traffic = traffic_now(prep)
     with run.ctx, contextlib.closing(bar):
         for epoch in range(len(history) + 1, t.epochs + 1):
