@@ -45,8 +45,8 @@ class RSCConfig:
         budget: fraction C in (0, 1] of the exact backward sparse work that the approximate
             backward may spend, summed over layers:
             ``sum_l nnz(A[S_l]) d_l <= C sum_l nnz(A) d_l``.
-        cache_interval: steps between re-sampling the kept rows (>= 1); the sliced sparse
-            structure is reused in between.
+        cache_interval: uses of a matrix between re-samplings of its kept rows (>= 1); the
+            sliced sparse structure is reused in between (full-graph training: steps).
         tune_interval: steps between re-allocations of the budget across layers (>= 1).
         switch_at: fraction of ``total_steps`` after which the backward is exact (1.0 = never).
         total_steps: the number of optimizer steps of the run; ``None`` disables switching.
@@ -67,6 +67,9 @@ class RSCConfig:
             rest of the budget (its ``N`` entries count as work; measured to lose at equal
             work on graphs of average degree 20-100).
         probe_rows: dropped rows drawn per refresh to estimate the ``"ls"`` scale (>= 1).
+        subgraph_cache: mini-batch training: per product, the states (running scores, cached
+            sample) of this many subgraphs besides the current one are kept, so a subgraph
+            that comes back reuses them (>= 0).
         check_finite: make the sampled product non-finite wherever the exact one would be (a
             NaN or Inf in a row of ``dY`` the sample left out would otherwise vanish); costs
             one pass over ``dY`` and one matrix-vector product per step.
@@ -88,6 +91,7 @@ class RSCConfig:
     diagonal: str = "sample"
     probe_rows: int = 256
     check_finite: bool = True
+    subgraph_cache: int = 32
     backend: str = "auto"
     seed: int = 0
 
@@ -108,6 +112,7 @@ class RSCConfig:
         _check_choice(self, "rescale", RESCALES)
         _check_choice(self, "diagonal", DIAGONALS)
         _check_number(self, "probe_rows", int, lo=1)
+        _check_number(self, "subgraph_cache", int, lo=0)
         if not isinstance(self.check_finite, bool):
             raise ConfigError(
                 f"RSCConfig.check_finite must be true or false, got {self.check_finite!r}."

@@ -68,13 +68,14 @@ class RSCController:
     def layer(self, index: int) -> LayerState:
         """The state of product ``index``, created on first use."""
         while len(self.layers) <= index:
-            self.layers.append(LayerState(len(self.layers), self.config.seed))
+            self.layers.append(LayerState(len(self.layers), self.config.seed,
+                                          self.config.subgraph_cache))  # fmt: skip
         return self.layers[index]
 
     def step_info(self, index: int) -> StepInfo:
         """The immutable step record of product ``index`` for the current step."""
-        return StepInfo(self.phase(), self.cache_epoch(), self.alloc_version,
-                        self.allocation.get(index), self.config)  # fmt: skip
+        return StepInfo(self.phase(), self.alloc_version, self.allocation.get(index),
+                        self.config)  # fmt: skip
 
     def slot(self, index: int) -> LayerSlot:
         """Product ``index`` bound to the current step (what ``spmm(..., rsc=...)`` takes)."""
@@ -102,10 +103,6 @@ class RSCController:
         if self.step_count < self.config.warmup_steps:
             return "warmup"
         return "approx"
-
-    def cache_epoch(self) -> int:
-        """Index of the current cache period; samples are reused within one period."""
-        return (self.step_count - self.config.warmup_steps) // self.config.cache_interval
 
     def step(self) -> None:
         """Advance one optimizer step; re-solve the budget allocation when it is due.
@@ -178,6 +175,7 @@ class RSCController:
             "cache_bytes": sum(x["cache_bytes"] for x in layers),
             "cache_hits": sum(x["cache_hits"] for x in layers),
             "cache_misses": sum(x["cache_misses"] for x in layers),
+            "subgraph_hits": sum(s.subgraph_hits for s in self.layers),
         }
 
     def state_dict(self) -> dict:

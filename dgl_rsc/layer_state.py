@@ -8,6 +8,7 @@ and row counts) to solve the budget. So a state can be built and tested alone.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -24,52 +25,92 @@ __all__ = ["LayerState"]
 
 
 class LayerState:
-    """State of approximated product ``index``: the running-average row scores of the matrix
-    it last saw, the cached sample and the generator of the scale's probe rows.
+    """State of approximated product ``index``: per matrix it saw (its structure token), the
+    running-average row scores and the cached sample, and the generator of the scale's probe
+    rows.
+
+    Full-graph training sees one matrix. Mini-batch training sees one per subgraph: the state
+    of the subgraph at hand is the current one, and the states of up to ``capacity`` others
+    wait in a least-recently-used cache, so a subgraph that comes back (Cluster-GCN's fixed
+    batches) finds its scores and sample again, and a sample is never used for another
+    subgraph (it is keyed by the structure token).
 
     Args:
         index: the product's index in its controller.
         seed: base seed of the probe generator (``RSCConfig.seed``).
+        capacity: subgraph states kept besides the current one.
 
     Attributes:
-        ema: ``(M,)`` running-average scores, or ``None`` before the first record.
+        ema: ``(M,)`` running-average scores of the current matrix, or ``None``.
         row_nnz: ``(M,)`` non-zeros the solver shares out per row (without a diagonal that is
             applied exactly); ``fixed_nnz``: the non-zeros every product visits anyway.
-        generation: increases whenever the scores restart on another matrix; an allocation
-            solved from older scores does not apply.
+        generation: a number unique to the current matrix's scores; an allocation solved
+            from other scores does not apply.
         stats: the layer's :class:`~dgl_rsc.stats.LayerStats`.
     """
 
-    def __init__(self, index: int, seed: int = 0):
+    def __init__(self, index: int, seed: int = 0, capacity: int = 32):
         self.index = index
         self.seed = seed
+        self.capacity = capacity
         self.ema: Optional[torch.Tensor] = None
         self.ema_token: Optional[int] = None
         self.generation = 0
+        self._generations = 0
         self.row_nnz: Optional[torch.Tensor] = None
         self.fixed_nnz = 0
         self._sample: Optional[Sample] = None
+        self._others: OrderedDict = OrderedDict()  # token -> saved state of that matrix
+        self.subgraph_hits = 0  # a matrix seen before came back with its state
         self._gen: Optional[torch.Generator] = None
         self._gen_state: Optional[torch.Tensor] = None
         self.stats = LayerStats()
 
+    # -- the matrix at hand --------------------------------------------------------------------
+    def switch_to(self, A: CSR) -> None:
+        """Make ``A``'s state current: park the current one, take back ``A``'s if it was
+        parked (called at the start of every backward)."""
+        token = A.token
+        if self.ema_token == token or (self.ema_token is None and self.ema is None):
+            return
+        if self.ema_token is not None:
+            self._others[self.ema_token] = (self.ema, self.row_nnz, self.fixed_nnz,
+                                            self.generation, self._sample)  # fmt: skip
+            while len(self._others) > self.capacity:
+                self._others.popitem(last=False)
+        saved = self._others.pop(token, None)
+        if saved is not None:
+            self.subgraph_hits += 1
+            self.ema, self.row_nnz, self.fixed_nnz, self.generation, self._sample = saved
+            self.ema_token = token
+        elif self.ema_token is not None:
+            self.ema = self.ema_token = self.row_nnz = self._sample = None
+            self.fixed_nnz = 0
+
     # -- the cached sample ------------------------------------------------------------------
     @property
     def sample(self) -> Optional[Sample]:
-        """The cached sample, if any."""
+        """The current matrix's cached sample, if any."""
         return self._sample
 
     def clear_cache(self) -> None:
-        """Drop the cached sample (the next approximate backward draws a new one)."""
+        """Drop the cached samples (the next approximate backward draws a new one)."""
         self._sample = None
+        self._others = OrderedDict(
+            (t, (e, r, f, g, None)) for t, (e, r, f, g, _) in self._others.items()
+        )
 
     def cache_bytes(self) -> int:
-        return 0 if self._sample is None else self._sample.t_slice.nbytes()
+        samples = [self._sample] + [v[4] for v in self._others.values()]
+        return sum(s.t_slice.nbytes() for s in samples if s is not None)
 
-    def cached(self, A: CSR, epoch: tuple) -> Optional[Sample]:
-        """The cached sample if it was cut from ``A``'s structure in cache period ``epoch``."""
+    def cached(self, A: CSR, step: StepInfo) -> Optional[Sample]:
+        """The sample of ``A`` when it may serve this step: cut from ``A``'s structure, under
+        the current allocation, used fewer than ``cache_interval`` times."""
         s = self._sample
-        return s if s is not None and s.token == A.token and s.epoch == epoch else None
+        if s is None or s.token != A.token or s.alloc_version != step.alloc_version:
+            return None
+        return s if s.uses < step.config.cache_interval else None
 
     def refresh(self, A: CSR, dY: torch.Tensor, scales: Scales, step: StepInfo, backend):
         """Draw, store and return a new sample of ``A`` for ``dY``; its scores feed the
@@ -87,7 +128,7 @@ class LayerState:
         )
         self.stats.refreshed(timer.stop(), sample.k)
         self.record(A, sample.scores, cfg)
-        sample.token, sample.epoch = A.token, (step.cache_epoch, step.alloc_version)
+        sample.token, sample.alloc_version = A.token, step.alloc_version
         self._sample = sample
         return sample
 
@@ -99,7 +140,8 @@ class LayerState:
         if self.ema is None or self.ema_token != A.token or self.ema.shape != scores.shape:
             self.ema = scores.clone()
             self.ema_token = A.token
-            self.generation += 1
+            self._generations += 1
+            self.generation = self._generations
             diag = A.diagonal() if config.diagonal == "exact" else None
             # the solver shares out the sampled (off-diagonal) non-zeros; a diagonal applied
             # exactly is a fixed cost of every step
@@ -109,12 +151,15 @@ class LayerState:
             self.ema.mul_(1 - config.ema).add_(scores, alpha=config.ema)
 
     def bind(self, A: CSR) -> None:
-        """After a checkpoint restore, adopt the first matrix of the saved shape."""
+        """The matrix of this backward: after a checkpoint restore, adopt the first matrix
+        of the saved shape; otherwise switch to its state."""
         if self.ema is not None and self.ema_token is None and self.ema.shape[0] == A.shape[0]:
             self.ema_token = A.token
-        s = self._sample
-        if s is not None and s.token is None and s.t_slice.shape == (A.shape[1], A.shape[0]):
-            s.token = A.token
+            s = self._sample
+            if s is not None and s.token is None and s.t_slice.shape == (A.shape[1], A.shape[0]):
+                s.token = A.token
+            return
+        self.switch_to(A)
 
     def generator(self, device) -> torch.Generator:
         """This product's generator for the scale's probe rows, on ``device`` (seeded from
@@ -138,6 +183,7 @@ class LayerState:
             "row_nnz": self.row_nnz,
             "fixed_nnz": self.fixed_nnz,
             "generation": self.generation,
+            "generations": self._generations,
             "width": self.stats.width,
             "sample": None,
             "generator": None if self._gen is None else self._gen.get_state(),
@@ -149,7 +195,8 @@ class LayerState:
                 "indices": t.indices,
                 "values": t.values,
                 "shape": list(t.shape),
-                "epoch": list(s.epoch),
+                "alloc_version": s.alloc_version,
+                "uses": s.uses,
                 "k": s.k,
                 "nnz": s.nnz,
                 "factor": s.factor,
@@ -162,6 +209,8 @@ class LayerState:
         self.row_nnz = d["row_nnz"]
         self.fixed_nnz = int(d.get("fixed_nnz", 0))
         self.generation = int(d.get("generation", 0))
+        self._generations = int(d.get("generations", self.generation))
+        self._others = OrderedDict()
         self.stats.width = int(d["width"])
         self.ema_token = None
         self._sample = None
@@ -169,8 +218,8 @@ class LayerState:
         sd = d.get("sample")
         if sd is not None:
             t = CSR(sd["indptr"], sd["indices"], sd["values"], tuple(sd["shape"]), check=False)
-            epoch = tuple(int(e) for e in sd["epoch"])
-            self._sample = Sample(None, epoch, t, sd["k"], sd["nnz"], sd.get("factor"))
+            self._sample = Sample(None, int(sd.get("alloc_version", -1)), t, sd["k"], sd["nnz"],
+                                  sd.get("factor"), uses=int(sd.get("uses", 0)))  # fmt: skip
 
     def __repr__(self) -> str:
         rows = None if self.ema is None else self.ema.shape[0]

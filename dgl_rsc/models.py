@@ -54,11 +54,12 @@ class _Stack(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.input_dropout = nn.Dropout(input_dropout)
 
-    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
-        """``feat (N, F)`` -> logits ``(N, C)``."""
+    def forward(self, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
+        """``feat (N, F)`` -> logits ``(N, C)``; ``edge_weight (E,)`` weights every
+        aggregation's messages (GraphSAINT's normalization in mini-batch training)."""
         h = self.input_dropout(feat)
         for i, conv in enumerate(self.convs):
-            h = conv(graph, h)
+            h = conv(graph, h) if edge_weight is None else conv(graph, h, edge_weight=edge_weight)
             if i < len(self.norms):
                 h = self.dropout(F.relu(self.norms[i](h)))
         return h
@@ -227,11 +228,11 @@ class ResGCN(nn.Module):
         self.lin_out = nn.Linear(hidden, num_classes)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
-        """``feat (N, F)`` -> logits ``(N, C)``."""
+    def forward(self, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
+        """``feat (N, F)`` -> logits ``(N, C)`` (``edge_weight (E,)`` as for :class:`GCN`)."""
         h = F.gelu(self.dropout(self.lin_in(feat)))
         for norm, conv, w1, w2 in zip(self.norms, self.convs, self.ffn_in, self.ffn_out):
-            x = conv(graph, norm(h))
+            x = conv(graph, norm(h), edge_weight=edge_weight)
             h = h + self.dropout(w2(F.gelu(self.dropout(w1(x)))))
         return self.lin_out(self.norm_out(h))
 

@@ -1,11 +1,12 @@
 """One approximated product of one training step: the step record and the phase dispatch.
 
-The controller makes a :class:`StepInfo` per product (immutable: phase, cache period,
-allocation version and this product's allocation, the config) and hands it, with the
+The controller makes a :class:`StepInfo` per product (immutable: phase, allocation version
+and this product's allocation, the config) and hands it, with the
 product's :class:`~dgl_rsc.layer_state.LayerState`, to :class:`RSCSpMM
 <dgl_rsc.spmm.RSCSpMM>` as a :class:`LayerSlot`. Its ``backward_product`` dispatches on the
 phase: exact (after the switch), warm-up (exact, recording scores) or approximate (the cached
-sample or a fresh one, then its scale), and records the statistics.
+sample, reused for ``cache_interval`` uses of its matrix, or a fresh one, then its scale), and
+records the statistics.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ class StepInfo:
 
     Attributes:
         phase: ``"warmup"`` (exact, recording scores), ``"approx"`` or ``"exact"``.
-        cache_epoch: the cache period; a sample is reused within one period.
         alloc_version: bumps when the budget is re-allocated (cached samples are redrawn).
         allocation: ``(non-zeros, generation)`` the solver gave this product, solved from the
             scores of the state's ``generation``; ``None`` before the first solve.
@@ -41,7 +41,6 @@ class StepInfo:
     """
 
     phase: str
-    cache_epoch: int
     alloc_version: int
     allocation: Optional[tuple]
     config: RSCConfig
@@ -70,10 +69,11 @@ class LayerSlot:
             skip = cfg.diagonal == "exact" and A.diagonal() is not None
             state.record(A, backend.row_scores(row_norms(A, scales, skip), dY), cfg)
             return csr_t_mm(A, dY, scales)
-        sample = state.cached(A, (step.cache_epoch, step.alloc_version))
+        sample = state.cached(A, step)
         fresh = sample is None
         if fresh:
             sample = state.refresh(A, dY, scales, step, backend)
+        sample.uses += 1
         state.stats.sampled(sample.nnz, hit=not fresh)
         out = sample_product(A, sample, dY, scales)
         if fresh:

@@ -59,9 +59,12 @@ def test_cached_sample_is_applied_to_the_new_gradient(A):
     torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
 
 
-def test_never_reuses_a_slice_across_graphs(A):
+@pytest.mark.parametrize("keep", [32, 0], ids=["subgraph-cache", "no-cache"])
+def test_never_reuses_a_slice_across_graphs(A, keep):
+    """Alternating matrices (mini-batch subgraphs): each sample is only ever used for the
+    matrix it was cut from; with the subgraph cache a matrix that comes back finds its own."""
     B = power_law_csr(600, 8.0, seed=12)
-    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=100)
+    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=100, subgraph_cache=keep)
     X = torch.randn(600, 8, requires_grad=True)
     for i in range(6):
         G = torch.randn(600, 8)
@@ -74,7 +77,11 @@ def test_never_reuses_a_slice_across_graphs(A):
         # the slice applied is a slice of M itself: its entries are a subset of M's
         dense_slice = sample.t_slice.to_dense().t()
         assert bool(((dense_slice != 0) <= (M.to_dense() != 0)).all())
-    assert rsc.stats()["cache_hits"] == 0
+    st = rsc.stats()
+    if keep:
+        assert st["cache_hits"] == 4 and st["cache_misses"] == 2 and st["subgraph_hits"] == 4
+    else:
+        assert st["cache_hits"] == 0 and st["subgraph_hits"] == 0
 
 
 def test_raw_csr_tensors_keep_their_cache(A):
@@ -183,12 +190,12 @@ def test_a_layer_state_alone_with_a_step_record(A):
     state = LayerState(0)
     X = torch.randn(600, 4, requires_grad=True)
     G = torch.randn(600, 4)
-    warm = LayerSlot(state, StepInfo("warmup", 0, 0, None, cfg))
+    warm = LayerSlot(state, StepInfo("warmup", 0, None, cfg))
     spmm_matrix(A, X, warm).backward(G)
     torch.testing.assert_close(X.grad, A.to_dense().t() @ G, rtol=1e-5, atol=1e-5)
     assert state.ema is not None and state.sample is None  # scores recorded, nothing drawn
     X.grad = None
-    approx = LayerSlot(state, StepInfo("approx", 0, 0, None, cfg))
+    approx = LayerSlot(state, StepInfo("approx", 0, None, cfg))
     spmm_matrix(A, X, approx).backward(G)
     assert state.sample is not None and state.stats.misses == 1
     assert state.stats.nnz_visited == A.nnz  # the warm-up product, exact

@@ -157,7 +157,7 @@ def test_wrong_types_are_rejected_with_the_key_path(override, fragment):
         ("model.layers=0", "model.layers=0 is out of range"),
         ("rsc.budget=1.5", "rsc.budget=1.5 is out of range"),
         ("rsc.cache_interval=0", "rsc.cache_interval=0 is out of range"),
-        ("rsc.total_steps=99", "rsc.total_steps=99 differs from train.epochs"),
+        ("rsc.total_steps=99", "rsc.total_steps=99 differs from the run's 6 optimizer steps"),
     ],
 )
 def test_out_of_range_values_are_rejected(override, fragment):

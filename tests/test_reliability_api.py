@@ -39,8 +39,14 @@ def test_case08_nan_between_refreshes_reaches_the_gradient():
         ([1, 2, 3], [0, 1, 1], "start at 0"),
         ([0, 2, 2], [0, 1, 1], "end at the number of stored entries"),
     ],
-    ids=["case09-range", "case17-negative", "case09-huge", "case17-unsorted", "case17-start",
-         "case17-end"],  # fmt: skip
+    ids=[
+        "case09-range",
+        "case17-negative",
+        "case09-huge",
+        "case17-unsorted",
+        "case17-start",
+        "case17-end",
+    ],  # fmt: skip
 )
 def test_case09_17_bad_csr_arrays(indptr, indices, match):
     X = torch.randn(3, 2, requires_grad=True)

@@ -27,8 +27,10 @@ def worker_argv(argv: list, nproc: int, out: str) -> list:
             skip = True
         elif not a.startswith("--nproc="):
             words.append(a)
-    if "--resume" not in words and "--out" not in words and not any(
-        w.startswith("--out=") for w in words
+    if (
+        "--resume" not in words
+        and "--out" not in words
+        and not any(w.startswith("--out=") for w in words)
     ):
         words += ["--out", out]
     return words + ["--set", f"distributed.partitions={nproc}"]

@@ -106,8 +106,10 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
             out[key] = value
     if "adaptive_bits" in sec:
         widths = sec["adaptive_bits"]
-        if not isinstance(widths, (list, tuple)) or not widths or any(
-            isinstance(b, bool) or b not in (2, 4, 8, 16, 32) for b in widths
+        if (
+            not isinstance(widths, (list, tuple))
+            or not widths
+            or any(isinstance(b, bool) or b not in (2, 4, 8, 16, 32) for b in widths)
         ):
             raise ConfigError(
                 f"distributed.adaptive_bits={widths!r} must be a non-empty list of widths "

@@ -9,6 +9,7 @@ A config has these sections::
     rsc:     {budget: 0.1, ...}     # RSCConfig keys; `rsc: null` trains exact only
     compare: true                   # exact and RSC runs with the same seeds
     distributed: {partitions: 4, ...}  # optional: one graph across processes (dist_schema)
+    minibatch: {num_parts: 40, ...}    # with train.mode cluster or saint (mb_schema)
 
 Every error is a :class:`~dgl_rsc.ConfigError` naming the key path (``train.lr``), and an
 unknown key lists the allowed keys and the nearest match. The allowed ``model`` keys are the
@@ -33,6 +34,7 @@ from ..config import ConfigError, RSCConfig, unknown_key_message
 from ..engines import ENGINES as _ENGINES
 from ..models import model_params
 from .dist_schema import DistConfig, resolve_distributed
+from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 
 __all__ = [
     "RunConfig",
@@ -44,7 +46,7 @@ __all__ = [
     "dataset_params",
 ]
 
-SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed")
+SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed", "minibatch")
 #: the engines a config may train on (dgl_rsc.engines; ``stock`` is the comparison baseline)
 ENGINES = tuple(e.name for e in _ENGINES.values() if e.approximates)
 PATH_KEYS = ("root", "path")
@@ -88,6 +90,8 @@ class TrainConfig:
     engine: str = "native"
     threads: Optional[int] = None
     stock_baseline: bool = True
+    mode: str = "full"
+    batches_per_epoch: Optional[int] = None
 
 
 TRAIN_RULES = {
@@ -104,6 +108,8 @@ TRAIN_RULES = {
     "engine": Rule(str, choices=ENGINES),
     "threads": Rule(int, 1, optional=True),
     "stock_baseline": Rule(bool),
+    "mode": Rule(str, choices=MODES),
+    "batches_per_epoch": Rule(int, 1, optional=True),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -127,6 +133,7 @@ class RunConfig:
     rsc: Optional[RSCConfig]
     compare: bool
     distributed: Optional[DistConfig] = None
+    minibatch: Optional[MiniBatchConfig] = None
 
     @property
     def methods(self) -> tuple:
@@ -141,8 +148,10 @@ class RunConfig:
         train["seeds"] = list(self.train.seeds)
         rsc = None if self.rsc is None else self.rsc.to_dict()
         dist = None if self.distributed is None else self.distributed.to_dict()
+        mb = None if self.minibatch is None else self.minibatch.to_dict()
         return {"dataset": dict(self.dataset), "model": dict(self.model), "train": train,
-                "rsc": rsc, "compare": self.compare, "distributed": dist}  # fmt: skip
+                "rsc": rsc, "compare": self.compare, "distributed": dist,
+                "minibatch": mb}  # fmt: skip
 
 
 def _fail(msg: str):
@@ -279,17 +288,18 @@ def _resolve_train(raw: dict) -> TrainConfig:
     return TrainConfig(**{k: check_value(f"train.{k}", v, TRAIN_RULES[k]) for k, v in sec.items()})
 
 
-def _resolve_rsc(raw: dict, epochs: int) -> Optional[RSCConfig]:
+def _resolve_rsc(raw: dict, steps_total: int) -> Optional[RSCConfig]:
     if raw.get("rsc") is None:
         return None
     sec = _section(raw, "rsc")
     steps = sec.get("total_steps")
-    if steps is not None and steps != epochs:
+    if steps is not None and steps != steps_total:
         _fail(
-            f"rsc.total_steps={steps!r} differs from train.epochs={epochs}; the launcher sets "
-            "it from train.epochs (one optimizer step per epoch): remove rsc.total_steps."
+            f"rsc.total_steps={steps!r} differs from the run's {steps_total} optimizer steps; "
+            "the launcher sets it from train.epochs (times the batches per epoch in mini-batch "
+            "training): remove rsc.total_steps."
         )
-    sec["total_steps"] = epochs
+    sec["total_steps"] = steps_total
     for key, value in sec.items():
         if isinstance(value, str) and key in ("budget", "switch_at", "ema"):
             sec[key] = check_value(f"rsc.{key}", value, Rule(float))
@@ -310,7 +320,14 @@ def resolve(raw: Any) -> RunConfig:
         if raw.get(name) is None:
             _fail(f"the config needs a '{name}' section with at least '{name}.name'.")
     train = _resolve_train(raw)
-    rsc = _resolve_rsc(raw, train.epochs)
+    mb = resolve_minibatch(raw, train.mode, check_value, Rule)
+    if train.mode == "saint" and train.batches_per_epoch is None:
+        train = dataclasses.replace(train, batches_per_epoch=20)
+    if train.mode == "cluster" and train.batches_per_epoch is not None:
+        _fail("train.batches_per_epoch does not apply to cluster mode (num_parts / batch_size "
+              "batches per epoch); remove it or use train.mode: saint.")  # fmt: skip
+    steps = train.epochs * steps_per_epoch(train.mode, mb, train.batches_per_epoch)
+    rsc = _resolve_rsc(raw, steps)
     compare = check_value("compare", raw.get("compare", False), Rule(bool))
     if compare and rsc is None:
         _fail("compare: true needs an rsc section (the RSC side of the comparison).")
@@ -319,4 +336,7 @@ def resolve(raw: Any) -> RunConfig:
     if dist is not None and train.engine != "native":
         _fail(f"train.engine={train.engine!r} cannot train distributed: use train.engine: native "
               "(dgl_rsc layers on each rank's local graph).")  # fmt: skip
-    return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist)
+    if dist is not None and train.mode != "full":
+        _fail("mini-batch training (train.mode: cluster or saint) is not distributed; use one "
+              "or the other.")  # fmt: skip
+    return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb)

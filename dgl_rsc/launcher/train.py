@@ -203,13 +203,14 @@ class _Run:
     ctx: contextlib.AbstractContextManager
     amp: str
     scaler: Optional[torch.cuda.amp.GradScaler]
+    batches: object = None  # the BatchSource of mini-batch training, or None
 
     def autocast(self):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.amp)
         return torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
 
 
-def _setup(cfg: RunConfig, prep: Prepared, method: str) -> _Run:
+def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
     """Model, optimizer, controller, patch context and AMP of one run (seeded before).
 
     ``rsc`` and ``exact`` run on ``train.engine`` with a controller (the exact one switched to
@@ -242,7 +243,14 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str) -> _Run:
         new_api = _deps.TORCH_VERSION >= (2, 3)
         scaler = torch.amp.GradScaler("cuda") if new_api else torch.cuda.amp.GradScaler()
     graph = prep.graph(engine.graph)
-    return _Run(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler)
+    batches = None
+    if t.mode != "full":
+        from .minibatch_run import BatchSource
+
+        keep = cfg.rsc.subgraph_cache if cfg.rsc is not None else 64
+        batches = BatchSource(cfg, prep, seed, keep=max(keep, 1))
+    return _Run(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
+                batches)  # fmt: skip
 
 
 def _sync(device: torch.device) -> None:
@@ -309,7 +317,7 @@ def train_one(
     """
     t, name = cfg.train, f"{method}-seed{seed}"
     _seed_all(seed)
-    run = _setup(cfg, prep, method)
+    run = _setup(cfg, prep, method, seed)
     history, best = [], {"epoch": 0, "val": -float("inf"), "test": None, "train": None}
     base = None  # the controller's counters before a resume
     if ckpt_path and os.path.exists(ckpt_path):
@@ -325,7 +333,12 @@ def train_one(
     with run.ctx, contextlib.closing(bar):
         for epoch in range(len(history) + 1, t.epochs + 1):
             phase = run.ctl.phase() if run.ctl is not None and method == "rsc" else "exact"
-            step = _train_step(run, prep)
+            if run.batches is not None:
+                from .minibatch_run import minibatch_epoch
+
+                step = minibatch_epoch(run, prep, run.batches, epoch)
+            else:
+                step = _train_step(run, prep)
             if not math.isfinite(step["loss"]):
                 raise TrainingDiverged(
                     f"run {name} diverged: its training loss is {step['loss']} at epoch "

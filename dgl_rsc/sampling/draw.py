@@ -43,13 +43,14 @@ class Sample:
     """
 
     token: Optional[int]  # structure token of the A it was cut from
-    epoch: tuple  # (cache epoch, allocation version)
+    alloc_version: int  # the allocation it was drawn under (a new one redraws)
     t_slice: CSR
     k: torch.Tensor  # 0-dim, rows kept
     nnz: torch.Tensor  # 0-dim, non-zeros kept
     factor: Optional[torch.Tensor] = None  # 0-dim scale of the sampled product, or None
     mask: Optional[torch.Tensor] = None  # (M,) bool, the kept rows
     scores: Optional[torch.Tensor] = None  # (M,) the scores it was drawn from (refresh only)
+    uses: int = 0  # backward products it served (it is redrawn after cache_interval)
 
 
 def row_norms(A: CSR, scales: Scales = NO_SCALES, skip_diagonal: bool = False) -> torch.Tensor:
@@ -108,7 +109,7 @@ def draw_sample(
     s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask, keep)
     factor = mass_scale(scores, mask) if rescale == "mass" else None
     t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
-    return Sample(None, (), t_slice, k, s_indptr[-1].long(), factor, mask, scores)
+    return Sample(None, -1, t_slice, k, s_indptr[-1].long(), factor, mask, scores)
 
 
 def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> torch.Tensor:

@@ -62,7 +62,7 @@ def cross_terms(
         w = w * r.double()[i]
     if skip_diagonal:
         w = torch.where(cols == i, torch.zeros_like(w), w)
-    dots = (G.double()[cols] * dY.double()[i]).sum(1) * w
+    dots = (G[cols].double() * dY[i].double()).sum(1) * w
     out = torch.zeros(rows.numel(), dtype=torch.float64, device=G.device)
     return out.index_add_(0, seg, dots)
 

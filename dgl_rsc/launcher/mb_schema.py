@@ -1,0 +1,109 @@
+"""``train.mode`` and the ``minibatch`` section of a launcher config.
+
+::
+
+    train:
+      mode: cluster          # full (default), cluster (Cluster-GCN) or saint (GraphSAINT)
+      batches_per_epoch: 20  # saint: batches per epoch (cluster: num_parts / batch_size)
+    minibatch:
+      num_parts: 40          # cluster: METIS clusters
+      batch_size: 4          # cluster: clusters per batch
+      shuffle: true          # cluster: new cluster groups every epoch (false: fixed batches)
+      sampler: node          # saint: node, edge or walk
+      budget: 3000           # saint: nodes, edges, or [roots, walk length]
+      normalize: true        # saint: GraphSAINT's loss and aggregation normalization
+      num_presample: null    # saint: batches drawn to estimate it (null: GraphSAINT's rule)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+from ..config import ConfigError, unknown_key_message
+
+__all__ = ["MiniBatchConfig", "MODES", "resolve_minibatch", "steps_per_epoch"]
+
+MODES = ("full", "cluster", "saint")
+_SAMPLERS = ("node", "edge", "walk")
+
+
+@dataclasses.dataclass(frozen=True)
+class MiniBatchConfig:
+    """A validated ``minibatch`` section (see the module docstring)."""
+
+    num_parts: int = 40
+    batch_size: int = 4
+    shuffle: bool = True
+    sampler: str = "node"
+    budget: object = 3000
+    normalize: bool = True
+    num_presample: Optional[int] = None
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        if isinstance(self.budget, tuple):
+            out["budget"] = list(self.budget)
+        return out
+
+
+def resolve_minibatch(raw, mode: str, check_value, Rule) -> Optional[MiniBatchConfig]:
+    """Validate ``raw["minibatch"]`` for ``train.mode`` (``None`` for full-graph training)."""
+    sec = raw.get("minibatch")
+    if mode == "full":
+        if sec:
+            raise ConfigError(
+                "a minibatch section is given but train.mode is full; set train.mode to "
+                "cluster or saint, or remove the section."
+            )
+        return None
+    sec = {} if sec is None else sec
+    if not isinstance(sec, dict):
+        raise ConfigError(f"minibatch must be a mapping of keys to values, got {sec!r}.")
+    allowed = [f.name for f in dataclasses.fields(MiniBatchConfig)]
+    for key in sec:
+        if key not in allowed:
+            raise ConfigError(unknown_key_message(str(key), allowed, "minibatch"))
+    rules = {
+        "num_parts": Rule(int, 1),
+        "batch_size": Rule(int, 1),
+        "shuffle": Rule(bool),
+        "sampler": Rule(str, choices=_SAMPLERS),
+        "normalize": Rule(bool),
+        "num_presample": Rule(int, 1, optional=True),
+    }
+    out = {k: check_value(f"minibatch.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
+    cfg = MiniBatchConfig(**out)
+    if mode == "cluster" and cfg.batch_size > cfg.num_parts:
+        raise ConfigError(
+            f"minibatch.batch_size={cfg.batch_size} exceeds minibatch.num_parts="
+            f"{cfg.num_parts}: a batch groups clusters; use batch_size <= num_parts."
+        )
+    if "budget" in sec:
+        budget = sec["budget"]
+        if cfg.sampler == "walk":
+            ok = isinstance(budget, (list, tuple)) and len(budget) == 2
+            ok = ok and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
+                            for b in budget)  # fmt: skip
+            if not ok:
+                raise ConfigError(
+                    f"minibatch.budget={budget!r}: the walk sampler takes [roots, walk length] "
+                    "(two positive integers)."
+                )
+            budget = tuple(int(b) for b in budget)
+        else:
+            budget = check_value("minibatch.budget", budget, Rule(int, 1))
+        cfg = dataclasses.replace(cfg, budget=budget)
+    elif cfg.sampler == "walk":
+        cfg = dataclasses.replace(cfg, budget=(1000, 3))
+    return cfg
+
+
+def steps_per_epoch(mode: str, mb: Optional[MiniBatchConfig], batches_per_epoch) -> int:
+    """Optimizer steps in one epoch: 1 (full graph), the batches of Cluster-GCN or SAINT."""
+    if mode == "full":
+        return 1
+    if mode == "cluster":
+        return math.ceil(mb.num_parts / mb.batch_size)
+    return int(batches_per_epoch or 20)
