@@ -26,6 +26,12 @@ The i-th approximated product of a training step is layer i of the controller; c
 no sampling work. On exit -- normal or by an exception -- every original symbol is put back.
 Patches do not nest: entering a second one while one is active raises ``RuntimeError`` (one
 controller must own layer identity).
+
+Threads: the patch replaces module attributes, so it is visible to every thread, but only
+the thread that opened the block feeds its controller; products computed in any other
+thread (a data loader, an evaluation thread) pass through to DGL exactly. Opening a patch is
+atomic: of two threads entering at once, one gets the block and the other the
+``RuntimeError`` above.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import threading
 from typing import Iterator, Union
 
 import torch
@@ -46,6 +53,10 @@ from .spmm import spmm_matrix
 __all__ = ["patch", "is_patched", "patched_symbols"]
 
 _MARK = "__dgl_rsc_patch__"
+
+#: serializes the check-then-replace of opening a patch and the restore of closing one (a
+#: lock, not state: which patch is active lives on the DGL modules themselves)
+_ACTIVATION = threading.Lock()
 
 
 def _module(name: str):
@@ -138,7 +149,8 @@ def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController):
     return out.reshape((A.shape[0],) + tail)
 
 
-def _make_wrappers(rsc: RSCController, originals: dict):
+def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
+    """The replacement functions; calls from threads other than ``owner_thread`` go to DGL."""
     sp_mod = _module("dgl.sparse.matmul")
     orig_spmm = originals[(sp_mod, "spmm")]
     orig_matmul = originals[(sp_mod, "matmul")]
@@ -146,8 +158,11 @@ def _make_wrappers(rsc: RSCController, originals: dict):
     SparseMatrix = _module("dgl.sparse").SparseMatrix
     dgl_autocast = _module("dgl.backend.pytorch.sparse")
 
+    def owned() -> bool:
+        return threading.get_ident() == owner_thread
+
     def spmm(A, X):
-        out = _sparse_product(A, X, rsc) if isinstance(A, SparseMatrix) else None
+        out = _sparse_product(A, X, rsc) if owned() and isinstance(A, SparseMatrix) else None
         return orig_spmm(A, X) if out is None else out
 
     def matmul(A, B):
@@ -156,6 +171,8 @@ def _make_wrappers(rsc: RSCController, originals: dict):
         return orig_matmul(A, B)
 
     def gspmm_internal(gidx, op, reduce_op, lhs_data, rhs_data):
+        if not owned():
+            return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
         if torch.is_autocast_enabled():  # DGL computes in the autocast dtype: so do we
             args = dgl_autocast._cast_if_autocast_enabled(lhs_data, rhs_data)
             with dgl_autocast._disable_autocast_if_enabled():
@@ -191,11 +208,6 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     _deps.require_dgl()
-    if is_patched():
-        raise RuntimeError(
-            "a dgl_rsc.patch block is already active; patches do not nest (one controller "
-            "owns the layer order). Reuse the active controller instead of opening another."
-        )
     if isinstance(config, RSCController):
         if overrides:
             raise TypeError("pass either an RSCController or RSCConfig fields, not both.")
@@ -203,18 +215,26 @@ def patch(
     else:
         rsc = RSCController(config, **overrides)
     symbols = patched_symbols()
-    originals = {(owner, name): owner.__dict__[name] for owner, name in symbols}
-    spmm, matmul, gspmm_internal = _make_wrappers(rsc, originals)
-    replacement = {
-        "spmm": spmm,
-        "matmul": matmul,
-        "__matmul__": matmul,
-        "gspmm_internal": gspmm_internal,
-    }
-    try:
+    with _ACTIVATION:
+        if is_patched():
+            raise RuntimeError(
+                "a dgl_rsc.patch block is already active; patches do not nest (one "
+                "controller owns the layer order). Reuse the active controller instead of "
+                "opening another."
+            )
+        originals = {(owner, name): owner.__dict__[name] for owner, name in symbols}
+        spmm, matmul, gspmm_internal = _make_wrappers(rsc, originals, threading.get_ident())
+        replacement = {
+            "spmm": spmm,
+            "matmul": matmul,
+            "__matmul__": matmul,
+            "gspmm_internal": gspmm_internal,
+        }
         for owner, name in symbols:
             setattr(owner, name, replacement[name])
+    try:
         yield rsc
     finally:
-        for (owner, name), original in originals.items():
-            setattr(owner, name, original)
+        with _ACTIVATION:
+            for (owner, name), original in originals.items():
+                setattr(owner, name, original)

@@ -157,3 +157,29 @@ def test_bad_partition_settings_are_refused_before_training(tmp_path):
     bn = write_config(tmp_path, model={"batch_norm": True})
     proc = dgl_rsc(bn, "--out", str(tmp_path / "d"), "--nproc", "2")
     assert proc.returncode == 2 and "batch statistics would be per partition" in proc.stderr
+
+
+def test_halo_bits_settings_are_validated():
+    from dgl_rsc.config import ConfigError
+    from dgl_rsc.launcher.schema import resolve
+
+    def dist(**sec):
+        raw = {
+            "dataset": {"name": "synthetic"},
+            "model": {"name": "gcn"},
+            "distributed": {"partitions": 2, **sec},
+        }
+        return resolve(raw).distributed
+
+    both = dist(halo_bits=8)
+    assert (both.forward_bits, both.backward_bits) == (8, 8)
+    mixed = dist(halo_bits=4, backward_bits="adaptive")
+    assert (mixed.forward_bits, mixed.backward_bits) == (4, "adaptive")
+    assert "halo_bits" not in mixed.to_dict()  # the resolved form names each direction
+    for key, value in (("halo_bits", 3), ("forward_bits", True), ("backward_bits", "8bit")):
+        with pytest.raises(ConfigError, match=f"distributed.{key}=.* is not one of 32, 16"):
+            dist(**{key: value})
+    with pytest.raises(ConfigError, match="adaptive_bits=.*non-empty list"):
+        dist(adaptive_bits=[3])
+    with pytest.raises(ConfigError, match="Did you mean 'halo_bits'"):
+        dist(halo_bit=8)

@@ -18,6 +18,7 @@ from dgl_rsc import _deps
 from dgl_rsc.config import ConfigError
 from dgl_rsc.launcher import cli
 from dgl_rsc.launcher.cli import apply_overrides, load_config
+from dgl_rsc.launcher.mb_schema import steps_per_epoch
 from dgl_rsc.launcher.schema import resolve
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,7 +89,8 @@ def test_every_shipped_config_validates(path, monkeypatch):
     cfg = load_config(path)
     assert cfg.train.epochs >= 1 and cfg.methods
     if cfg.rsc is not None:
-        assert cfg.rsc.total_steps == cfg.train.epochs
+        steps = steps_per_epoch(cfg.train.mode, cfg.minibatch, cfg.train.batches_per_epoch)
+        assert cfg.rsc.total_steps == cfg.train.epochs * steps  # optimizer steps
     assert resolve(cfg.to_dict()) == cfg  # the resolved form round-trips
 
 

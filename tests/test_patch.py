@@ -51,6 +51,67 @@ def test_patches_do_not_nest(dgl):
     assert not dgl_rsc.is_patched()
 
 
+def test_opening_is_atomic_across_threads(dgl):
+    """Two threads entering at the same moment: exactly one gets the block, every time."""
+    import threading
+
+    def attempt():
+        barrier, release = threading.Barrier(2), threading.Event()
+        outcomes = []
+
+        def enter():
+            barrier.wait()
+            try:
+                with dgl_rsc.patch(budget=0.2):
+                    outcomes.append("entered")
+                    release.wait(timeout=10)
+            except RuntimeError as exc:
+                outcomes.append("refused" if "do not nest" in str(exc) else repr(exc))
+                release.set()
+
+        threads = [threading.Thread(target=enter) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+        return sorted(outcomes)
+
+    for _ in range(60):
+        assert attempt() == ["entered", "refused"]
+        assert not dgl_rsc.is_patched()
+
+
+def test_other_threads_pass_through_exact(dgl):
+    """Only the thread that opened the patch feeds the controller; another thread's
+    products and gradients are DGL's own."""
+    import threading
+
+    import dgl.nn as dglnn
+
+    g = dgl.add_self_loop(dgl.rand_graph(200, 2000))
+    torch.manual_seed(0)
+    conv = dglnn.GraphConv(8, 8)
+    x = torch.randn(200, 8, requires_grad=True)
+    conv(g, x).pow(2).sum().backward()
+    ref_grad = x.grad.clone()
+    x.grad = None
+    seen = {}
+
+    def worker():
+        x_w = x.detach().clone().requires_grad_()
+        conv(g, x_w).pow(2).sum().backward()
+        seen["grad"] = x_w.grad
+
+    with dgl_rsc.patch(budget=0.1) as rsc:
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert rsc.layers == []  # the other thread's product never reached the controller
+        conv(g, x).pow(2).sum().backward()
+        assert len(rsc.layers) == 1
+    assert torch.equal(seen["grad"], ref_grad)
+
+
 def test_sparse_api_forward_identical_and_layered(dgl):
     import dgl.sparse as dglsp
 

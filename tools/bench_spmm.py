@@ -2,14 +2,18 @@
 
 For a power-law matrix ``A`` and an output gradient ``dY (n, d)`` this times
 
-- the exact ``A^T @ dY`` through every engine available (torch.sparse CSR; DGL's SpMM on a
-  CSR-built matrix and on a transposed view when DGL imports), and the forward ``A @ X``;
+- the exact ``A^T @ dY`` through every engine available: the package's engine (Numba CSR
+  kernels on the cached transpose; torch.sparse where Numba is missing or on CUDA), and,
+  when DGL imports, DGL's message-passing kernel (``copy_u``/``sum`` on the graph whose
+  aggregation is ``A^T``: what stock ``dgl.nn`` convs run) and ``dgl.sparse.spmm``; the
+  forward ``A @ X`` on the package's engine and on DGL's message passing;
 - RSC at several budgets: scoring + selection, slicing (cutting ``A[S, :]^T``), and the
   sampled product, each separately; the refresh amortized over ``cache_interval`` steps;
   the per-step backward for cache intervals 1 and 10 measured through ``RSCController``;
 - the relative error ``||approx - exact|| / ||exact||``.
 
-Ratios are against the fastest exact engine. Results go to a JSON file with the machine and
+Ratios are against the fastest exact engine (``prod x``, ``stepN x``) and against DGL's
+message passing (``vs DGL``). Results go to a JSON file with the machine and
 the date. Example::
 
     python tools/bench_spmm.py --nodes 200000 --nnz 10000000 --dim 256 --out results/cpu.json
@@ -36,22 +40,51 @@ from dgl_rsc.spmm import spmm_matrix
 
 PRESETS = {
     "cpu": dict(nodes=200_000, nnz=10_000_000),
+    # the two graphs of the CPU engine issue (quickstart size, and the 200k graph)
+    "quickstart": dict(nodes=30_000, nnz=1_500_000, dim=64),
+    "g200k": dict(nodes=200_000, nnz=8_200_000, dim=128),
     "reddit": dict(nodes=233_000, nnz=114_000_000),
     "products": dict(nodes=2_400_000, nnz=124_000_000),
 }
 
 
-def exact_engines(A, dY, device, reps):
-    out = {"torch.sparse (CSR, cached transpose)": timeit(lambda: csr_t_mm(A, dY), device, reps)}
+DGL_MP = "DGL message passing (copy_u/sum)"
+
+
+def dgl_message_graphs(A):
+    """``(g, g_t)``: DGL graphs whose ``copy_u``/``sum`` aggregation is ``A @ X`` and
+    ``A^T @ dY`` (edge ``j -> i`` for ``A[i, j]``), with their in-CSR built up front."""
+    import dgl
+
+    rows = torch.repeat_interleave(
+        torch.arange(A.shape[0], device=A.indptr.device), A.row_nnz().long()
+    )
+    cols = A.indices.long()
+    g = dgl.graph((cols, rows), num_nodes=max(A.shape))
+    g_t = dgl.graph((rows, cols), num_nodes=max(A.shape))
+    for graph in (g, g_t):
+        graph.create_formats_()
+    return g, g_t
+
+
+def exact_engines(A, dY, X, device, reps):
+    """``({engine: backward seconds}, {engine: forward seconds})``."""
+    bwd = {"dgl_rsc engine (cached transpose)": timeit(lambda: csr_t_mm(A, dY), device, reps)}
+    fwd = {"dgl_rsc engine": timeit(lambda: csr_mm(A, X), device, reps)}
     if _deps.dgl_available() and torch.device(device).type == "cpu":
+        import dgl
         import dgl.sparse as dglsp
 
+        g, g_t = dgl_message_graphs(A)
+        n_t, n = A.shape[1], A.shape[0]
+        bwd[DGL_MP] = timeit(lambda: dgl.ops.copy_u_sum(g_t, dY)[:n_t], device, reps)
+        pad = X.new_zeros(max(A.shape) - X.shape[0], X.shape[1])
+        Xp = torch.cat([X, pad]) if pad.shape[0] else X
+        fwd[DGL_MP] = timeit(lambda: dgl.ops.copy_u_sum(g, Xp)[:n], device, reps)
         t_indptr, t_rows, _ = A.transposed()
         At = dglsp.from_csr(t_indptr.long(), t_rows.long(), shape=(A.shape[1], A.shape[0]))
-        out["dgl.sparse.spmm (CSR of A^T)"] = timeit(lambda: dglsp.spmm(At, dY), device, reps)
-        Acsr = dglsp.from_csr(A.indptr.long(), A.indices.long(), shape=A.shape)
-        out["dgl.sparse.spmm (A.T view)"] = timeit(lambda: dglsp.spmm(Acsr.T, dY), device, reps)
-    return out
+        bwd["dgl.sparse.spmm (CSR of A^T)"] = timeit(lambda: dglsp.spmm(At, dY), device, reps)
+    return bwd, fwd
 
 
 def rsc_parts(A, dY, budget, rule, backend, device, reps):
@@ -115,10 +148,15 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10, help="controller steps per interval")
     ap.add_argument("--index-dtype", default="int64", choices=["int32", "int64"])
+    ap.add_argument("--threads", type=int, default=None, help="torch (and DGL) CPU threads")
     ap.add_argument("--out", default="results/bench_spmm.json")
     args = ap.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     if args.preset:
-        args.nodes, args.nnz = PRESETS[args.preset]["nodes"], PRESETS[args.preset]["nnz"]
+        preset = PRESETS[args.preset]
+        args.nodes, args.nnz = preset["nodes"], preset["nnz"]
+        args.dim = preset.get("dim", args.dim)
     device = torch.device(args.device)
     idt = getattr(torch, args.index_dtype)
 
@@ -132,20 +170,21 @@ def main(argv=None):
         f"d={args.dim}, device={device}, backend={backend.__name__.rsplit('.', 1)[-1]}"
     )
 
-    fwd = timeit(lambda: csr_mm(A, X), device, args.reps)
-    engines = exact_engines(A, dY, device, args.reps)
+    engines, fwd = exact_engines(A, dY, X, device, args.reps)
     best_name = min(engines, key=engines.get)
     exact_t = engines[best_name]
+    dgl_t = engines.get(DGL_MP)
     exact = csr_t_mm(A, dY)
     for name, t in engines.items():
         print(f"exact A^T@dY  {name:<40s} {t * 1e3:9.1f} ms")
-    print(f"forward A@X   torch.sparse (CSR)                       {fwd * 1e3:9.1f} ms")
+    for name, t in fwd.items():
+        print(f"forward A@X   {name:<40s} {t * 1e3:9.1f} ms")
 
     rows = []
     hdr = (
         f"{'rule':>5} {'budget':>6} {'k':>9} {'nnz%':>6} {'select':>8} {'slice':>8} "
-        f"{'product':>8} {'prod x':>7} {'amort10':>8} {'step1 x':>8} {'step10 x':>8} "
-        f"{'rel.err':>8}"
+        f"{'product':>8} {'prod x':>7} {'vs DGL':>7} {'target':>7} {'amort10':>8} "
+        f"{'step1 x':>8} {'step10 x':>8} {'rel.err':>8}"
     )
     print(hdr)
     for rule in args.rules.split(","):
@@ -166,6 +205,8 @@ def main(argv=None):
                 slice_s=t_sl,
                 product_s=t_p,
                 product_speedup=exact_t / t_p,
+                product_speedup_vs_dgl=None if dgl_t is None else dgl_t / t_p,
+                target_vs_dgl=(1.0 / b) / 2.0,
                 refresh_over_exact=(t_sel + t_sl) / exact_t,
                 amortized_refresh_10_over_exact=(t_sel + t_sl) / 10 / exact_t,
                 step_cache1_s=step1,
@@ -178,17 +219,20 @@ def main(argv=None):
             print(
                 f"{rule:>5} {b:6.2f} {k:9d} {100 * kept / A.nnz:6.1f} {t_sel * 1e3:8.1f} "
                 f"{t_sl * 1e3:8.1f} {t_p * 1e3:8.1f} {exact_t / t_p:7.2f} "
+                f"{(dgl_t or float('nan')) / t_p:7.2f} {0.5 / b:7.2f} "
                 f"{100 * (t_sel + t_sl) / 10 / exact_t:7.1f}% {exact_t / step1:8.2f} "
                 f"{exact_t / step10:8.2f} {err:8.3f}"
             )
     print(
-        "select/slice/product in ms; 'prod x' = exact/product; 'amort10' = refresh/10 as % of"
-        " exact; 'stepN x' = exact / per-step backward with cache_interval N"
+        "select/slice/product in ms; 'prod x' = fastest exact/product; 'vs DGL' = DGL message"
+        " passing/product ('target' = (1/budget)/2); 'amort10' = refresh/10 as % of exact;"
+        " 'stepN x' = fastest exact / per-step backward with cache_interval N"
     )
     result = dict(
         machine=machine(device),
         graph=dict(nodes=A.shape[0], nnz=A.nnz, dim=args.dim, index_dtype=args.index_dtype),
-        forward_s=fwd,
+        threads=torch.get_num_threads(),
+        forward_engines_s=fwd,
         exact_engines_s=engines,
         fastest_exact=best_name,
         rows=rows,

@@ -70,7 +70,11 @@ class HaloExchange:
             messages always travel in 32 bits.
 
     Attributes:
-        timings: seconds spent posting, waiting and computing while waiting, per phase.
+        timings: seconds per phase: ``forward_post`` (encoding and posting the halo
+            messages), ``forward_central`` (the central rows' product: while the halo is in
+            flight when overlapping, before it is sent otherwise), ``forward_wait`` (waiting
+            for the halo that is still missing), ``forward_marginal`` (the marginal rows'
+            product), ``backward`` (the gradient exchange).
     """
 
     def __init__(self, part: LocalPartition, ctx: DistContext, forward_policy=None,
@@ -85,7 +89,13 @@ class HaloExchange:
         self.send_idx = [t.to(dev) for t in part.send_idx]
         self.offsets = part.halo_offsets.tolist()
         self.peers = [q for q in range(part.num_parts) if q != part.rank]
-        self.timings = {"forward_post": 0.0, "forward_wait": 0.0, "backward": 0.0}
+        self.timings = {
+            "forward_post": 0.0,
+            "forward_wait": 0.0,
+            "forward_central": 0.0,
+            "forward_marginal": 0.0,
+            "backward": 0.0,
+        }
         self._tag = 0
 
     def _slot_of(self, direction: str):

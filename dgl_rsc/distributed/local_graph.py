@@ -21,6 +21,7 @@ them to score rows of the normalized matrix.
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import torch
@@ -137,13 +138,19 @@ class HaloSpMM(torch.autograd.Function):
         rows_m = None if row is None else row[nc:]
         if graph.overlap:
             handle = ex.start_forward(x_own, kind)
+            t0 = time.perf_counter()
             y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
+            ex.timings["forward_central"] += time.perf_counter() - t0
             halo = ex.finish_forward(handle)
         else:
             halo = ex.exchange_once(x_own, kind)
+            t0 = time.perf_counter()
             y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
+            ex.timings["forward_central"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
         x_local = torch.cat([x_own, halo])
         y_m = csr_mm(graph.marginal, x_local, Scales(rows_m, None, row_divide))
+        ex.timings["forward_marginal"] += time.perf_counter() - t0
         ctx.graph, ctx.state, ctx.row_divide = graph, state, row_divide
         ctx.save_for_backward(row, hint_local)
         return torch.cat([y_c, y_m])

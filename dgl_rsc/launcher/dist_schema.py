@@ -11,6 +11,7 @@
       dropout: global        # global: the masks of one process (exact); local: per rank
       timeout_s: 300         # the longest any exchange or collective may wait
       partition_cache: null  # where partitions are cached (default: <out>/partitions)
+      halo_bits: 32          # both directions at once (forward_bits/backward_bits win)
       forward_bits: 32       # halo messages forward: 32 (fp32), 16, 8, 4, 2 or adaptive
       backward_bits: 32      # ... and their gradients backward
       adaptive_interval: 10  # adaptive: steps a choice of widths is kept
@@ -77,7 +78,7 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
     from ..distributed.dropout import DROPOUT_MODES
     from ..distributed.partition import PARTITIONERS
 
-    allowed = [f.name for f in dataclasses.fields(DistConfig)]
+    allowed = [f.name for f in dataclasses.fields(DistConfig)] + ["halo_bits"]
     for key in sec:
         if key not in allowed:
             raise ConfigError(unknown_key_message(str(key), allowed, "distributed"))
@@ -97,13 +98,17 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
         "cost_beta": Rule(float, 0.0, optional=True),
     }
     out = {k: check_value(f"distributed.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
-    for key in ("forward_bits", "backward_bits"):
+    for key in ("halo_bits", "forward_bits", "backward_bits"):
         if key in sec:
             value = sec[key]
             if isinstance(value, bool) or value not in BITS:
                 opts = ", ".join(map(str, BITS))
                 raise ConfigError(f"distributed.{key}={value!r} is not one of {opts}.")
             out[key] = value
+    halo = out.pop("halo_bits", None)
+    if halo is not None:  # the shorthand fills the directions not given on their own
+        out.setdefault("forward_bits", halo)
+        out.setdefault("backward_bits", halo)
     if "adaptive_bits" in sec:
         widths = sec["adaptive_bits"]
         if (
