@@ -20,6 +20,7 @@ __all__ = [
     "numba_cuda_available",
     "require_dgl",
     "require_cupy",
+    "require_numba",
     "require_numba_cuda",
     "TORCH_VERSION",
 ]
@@ -123,6 +124,15 @@ def require_cupy() -> ModuleType:
         cupy_available(),
         "The 'cupy' backend needs `pip install cupy-cuda12x` (or cupy-cuda13x) and a CUDA "
         "device; use backend='torch' or 'auto' otherwise.",
+    )
+
+
+def require_numba() -> ModuleType:
+    """Return ``numba`` or raise an ``ImportError`` naming what is missing."""
+    return _require(
+        "numba",
+        numba_available(),
+        "Install it with `pip install numba` (the CPU kernels), or use backend='torch'.",
     )
 
 

@@ -7,13 +7,20 @@ to zero a reused buffer; ``docs/benchmarks.md``). CUDA has torch's caching alloc
 the products keep their own buffers here, so that the default allocator is no handicap and no
 environment variable is needed.
 
-A buffer is handed out as an alias: a tensor of its own sharing the buffer's storage, made with
-``Tensor.set_`` rather than as a view, so that autograd treats it as a fresh tensor (a view
-returned from a custom ``autograd.Function`` could not be modified in place). The storage's use
-count then says whether anyone still holds the alias or a view of it (autograd, a ``.grad``
-that kept it, a user's reference): a buffer is reused only when the pool holds the last
-reference, so handing it out again can never overwrite a live tensor. Buffers belong to
-one sparse structure and are freed with it or by :meth:`OutputPool.clear`.
+A buffer is handed out as an alias, ``buf.detach()``: a tensor of its own (not an autograd
+view, so it may be returned from a custom ``autograd.Function`` and modified in place) that
+shares the buffer's storage and its version counter. The storage's use count says whether
+anyone still holds the alias or a view of it (autograd, a ``.grad`` that kept it, a user's
+reference): a buffer is reused only when the pool holds the last reference, so handing it
+out again can never overwrite a live tensor. The shared version counter says whether anyone
+modified it in place since its writer last :meth:`~OutputPool.mark`-ed it.
+
+That makes sparse writes possible: a sampled product whose slice touches few output rows
+:meth:`~OutputPool.take`-s its buffer with a tag (the slice's structure token). When the
+buffer it gets was last written, under the same tag, by a product that left every other row
+zero, and nothing touched it since, the product writes only the rows its slice reaches; any
+other buffer is written whole. Buffers belong to one sparse structure and are freed with it or
+by :meth:`OutputPool.clear`.
 """
 
 from __future__ import annotations
@@ -41,8 +48,8 @@ def _free(buf: torch.Tensor) -> bool:
 
 
 def _alias(buf: torch.Tensor) -> torch.Tensor:
-    """A tensor sharing ``buf``'s storage that is not an autograd view of it."""
-    return torch.empty(0, dtype=buf.dtype).set_(buf.untyped_storage(), 0, buf.shape, buf.stride())
+    """A tensor sharing ``buf``'s storage and version counter that is not an autograd view."""
+    return buf.detach()
 
 
 class OutputPool:
@@ -61,6 +68,7 @@ class OutputPool:
 
     def __init__(self):
         self._bufs: OrderedDict[tuple, list] = OrderedDict()
+        self._marks: dict[int, tuple] = {}  # data_ptr -> (tag, version when marked)
 
     @staticmethod
     def enabled_for(shape, dtype: torch.dtype, device: torch.device) -> bool:
@@ -74,18 +82,42 @@ class OutputPool:
 
     def empty(self, shape, dtype: torch.dtype) -> torch.Tensor:
         """An uninitialized CPU tensor of ``shape`` (the caller writes every element)."""
+        return self.take(shape, dtype)[0]
+
+    def take(self, shape, dtype: torch.dtype, tag=None) -> tuple[torch.Tensor, bool]:
+        """``(tensor, clean)``: a CPU tensor of ``shape``, and whether it holds exactly what
+        the last product marked with ``tag`` (not ``None``) left in it, unmodified since.
+
+        A free buffer so marked is preferred; otherwise any free buffer, or a new one, with
+        ``clean`` false (its content is arbitrary).
+        """
         key = (tuple(int(s) for s in shape), dtype)
         bufs = self._bufs.setdefault(key, [])
         self._bufs.move_to_end(key)
-        for buf in bufs:
-            if _free(buf):
-                return _alias(buf)
-        buf = torch.empty(key[0], dtype=dtype)
-        if len(bufs) < _MAX_PER_KEY:
-            bufs.append(buf)
-        while len(self._bufs) > _MAX_KEYS:
-            self._bufs.popitem(last=False)
-        return _alias(buf)
+        free = [b for b in bufs if _free(b)]
+        for buf in free if tag is not None else ():
+            if self._marks.get(buf.data_ptr()) == (tag, buf._version):
+                return _alias(buf), True
+        if free:
+            buf = free[0]
+        else:
+            buf = torch.empty(key[0], dtype=dtype)
+            if len(bufs) < _MAX_PER_KEY:
+                bufs.append(buf)
+            while len(self._bufs) > _MAX_KEYS:
+                for old in self._bufs.popitem(last=False)[1]:
+                    self._marks.pop(old.data_ptr(), None)
+        self._marks.pop(buf.data_ptr(), None)
+        return _alias(buf), False
+
+    def mark(self, out: torch.Tensor, tag) -> None:
+        """Record that ``out`` (from :meth:`take`) now holds a product tagged ``tag``
+        (nothing is recorded for a tensor that is not one of the pool's buffers)."""
+        ptr = out.data_ptr()
+        for buf in self._bufs.get((tuple(out.shape), out.dtype), ()):
+            if buf.data_ptr() == ptr:
+                self._marks[ptr] = (tag, out._version)
+                return
 
     def nbytes(self) -> int:
         """Bytes held by the pool's buffers."""
@@ -94,6 +126,7 @@ class OutputPool:
     def clear(self) -> None:
         """Drop every buffer (aliases handed out stay valid: they keep their storage)."""
         self._bufs.clear()
+        self._marks.clear()
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._bufs.values())

@@ -18,7 +18,7 @@ __all__ = [
     "unknown_key_message",
 ]
 
-BACKENDS = ("auto", "torch", "cupy", "numba")
+BACKENDS = ("auto", "torch", "cupy", "numba", "numba-cpu")
 RULES = tuple(_RULES)  # the names of the registered selection rules
 RESCALES = ("ls", "mass", "none")
 DIAGONALS = ("sample", "exact")
@@ -73,7 +73,9 @@ class RSCConfig:
         check_finite: make the sampled product non-finite wherever the exact one would be (a
             NaN or Inf in a row of ``dY`` the sample left out would otherwise vanish); costs
             one pass over ``dY`` and one matrix-vector product per step.
-        backend: ``"auto"``, ``"torch"``, ``"cupy"`` or ``"numba"`` for the sampling kernels.
+        backend: the sampling kernels: ``"auto"`` (CuPy on CUDA, Numba's CPU kernels on the
+            CPU, torch where neither runs), ``"torch"`` (the reference), ``"cupy"``,
+            ``"numba"`` (Numba-CUDA) or ``"numba-cpu"``.
         seed: seed of the rows drawn for the ``"ls"`` scale (each layer draws from its own
             generator, seeded from ``seed`` and its index; saved in checkpoints).
     """

@@ -7,9 +7,12 @@
 with ``rs`` an optional per-row scale (multiply, or divide for mean aggregation), ``cs`` an
 optional per-column scale and ``w`` optional values. Each row's entries are summed in stored
 order, the width ``D`` in SIMD lanes. The kernels are serial and release the GIL; rows are
-split into as many chunks of equal non-zeros as torch uses threads, run on a small pool of
-Python threads. (Numba's own OpenMP ``prange`` was measured to lose up to 8 ms per call on
-this machine: its OpenMP runtime and torch's spin against each other for the cores.)
+split into ranges of equal non-zeros that the calling thread and a small pool of Python
+threads claim one at a time (:func:`run_chunked`). (Numba's own OpenMP ``prange`` was
+measured to lose up to 8 ms per call on this machine: its OpenMP runtime and torch's spin
+against each other for the cores. Torch's OpenMP threads still spin for a while after each of
+its parallel operations; claiming ranges lets the calling thread do all the work when a pool
+thread cannot get a core in time, instead of waiting for it.)
 
 The arithmetic is the one DGL's message passing performs (the column scale is applied to the
 source features first, the edge weight next, the sum in stored order, the row scale last, no
@@ -31,10 +34,13 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["spmm_rows", "NUMBA_DTYPES", "PARALLEL_MIN_WORK"]
+__all__ = ["spmm_rows", "run_chunked", "NUMBA_DTYPES", "PARALLEL_MIN_WORK"]
 
 #: products with fewer ``nnz * D`` multiply-adds than this run in the calling thread
 PARALLEL_MIN_WORK = 1 << 18
+
+#: row ranges per thread that the threads of a parallel product claim one at a time
+CHUNKS_PER_THREAD = 8
 
 #: dtypes the kernels take directly; others are computed in float32 by the caller
 NUMBA_DTYPES = (torch.float32, torch.float64)
@@ -43,17 +49,20 @@ _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
 
 @njit(**_OPTS)
-def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode):
+def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty):
     """Unweighted, unscaled columns: ``out[i - o0] = rs(i) * sum X[indices[p]]`` for rows
     ``[r0, r1)``.
 
-    ``row_mode``: 0 none, 1 multiply by ``rs[i]``, 2 divide by ``rs[i]``.
+    ``row_mode``: 0 none, 1 multiply by ``rs[i]``, 2 divide by ``rs[i]``. ``skip_empty``:
+    rows without entries are left as they are (the caller knows they hold zeros).
     """
     d = X.shape[1]
     for i in range(r0, r1):
-        o = out[i - o0]
         p = indptr[i]
         e = indptr[i + 1]
+        if skip_empty and p == e:
+            continue
+        o = out[i - o0]
         for k in range(d):
             o[k] = 0.0
         while p + 4 <= e:
@@ -80,37 +89,86 @@ def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode):
 
 
 @njit(**_OPTS)
-def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs, row_mode):
-    """Weighted and/or column-scaled: ``out[i - o0] = rs(i) * sum (X[j] * cs[j]) * w[p]``."""
+def _finish_row(o, rs, i, row_mode):
+    if row_mode == 1:
+        s = rs[i]
+        for k in range(o.shape[0]):
+            o[k] = o[k] * s
+    elif row_mode == 2:
+        s = rs[i]
+        for k in range(o.shape[0]):
+            o[k] = o[k] / s
+
+
+@njit(**_OPTS)
+def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs, row_mode,
+                  skip_empty):  # fmt: skip
+    """Weighted and/or column-scaled: ``out[i - o0] = rs(i) * sum (X[j] * cs[j]) * w[p]``
+    (each term rounded as DGL rounds it: the scaled feature first, then the weight), four
+    entries per pass, added in stored order."""
     d = X.shape[1]
     for i in range(r0, r1):
+        p = indptr[i]
+        e = indptr[i + 1]
+        if skip_empty and p == e:
+            continue
         o = out[i - o0]
         for k in range(d):
             o[k] = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            x = X[j]
-            if use_cs and use_w:
-                c = cs[j]
-                v = w[p]
+        if use_cs and use_w:
+            while p + 4 <= e:
+                a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
+                ca, cb, cc, cf = (
+                    cs[indices[p]],
+                    cs[indices[p + 1]],
+                    cs[indices[p + 2]],
+                    cs[indices[p + 3]],
+                )
+                wa, wb, wc, wf = w[p], w[p + 1], w[p + 2], w[p + 3]
                 for k in range(d):
-                    o[k] += (x[k] * c) * v
-            elif use_cs:
-                c = cs[j]
+                    o[k] = (
+                        o[k]
+                        + (a[k] * ca) * wa
+                        + (b[k] * cb) * wb
+                        + (c[k] * cc) * wc
+                        + (f[k] * cf) * wf
+                    )
+                p += 4
+            while p < e:
+                x, cx, wx = X[indices[p]], cs[indices[p]], w[p]
                 for k in range(d):
-                    o[k] += x[k] * c
-            else:
-                v = w[p]
+                    o[k] = o[k] + (x[k] * cx) * wx
+                p += 1
+        elif use_cs:
+            while p + 4 <= e:
+                a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
+                ca, cb, cc, cf = (
+                    cs[indices[p]],
+                    cs[indices[p + 1]],
+                    cs[indices[p + 2]],
+                    cs[indices[p + 3]],
+                )
                 for k in range(d):
-                    o[k] += x[k] * v
-        if row_mode == 1:
-            s = rs[i]
-            for k in range(d):
-                o[k] = o[k] * s
-        elif row_mode == 2:
-            s = rs[i]
-            for k in range(d):
-                o[k] = o[k] / s
+                    o[k] = o[k] + a[k] * ca + b[k] * cb + c[k] * cc + f[k] * cf
+                p += 4
+            while p < e:
+                x, cx = X[indices[p]], cs[indices[p]]
+                for k in range(d):
+                    o[k] = o[k] + x[k] * cx
+                p += 1
+        else:
+            while p + 4 <= e:
+                a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
+                wa, wb, wc, wf = w[p], w[p + 1], w[p + 2], w[p + 3]
+                for k in range(d):
+                    o[k] = o[k] + a[k] * wa + b[k] * wb + c[k] * wc + f[k] * wf
+                p += 4
+            while p < e:
+                x, wx = X[indices[p]], w[p]
+                for k in range(d):
+                    o[k] = o[k] + x[k] * wx
+                p += 1
+        _finish_row(o, rs, i, row_mode)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -159,6 +217,7 @@ def spmm_rows(
     row_scale=None,
     row_divide: bool = False,
     col_scale=None,
+    skip_empty: bool = False,
 ) -> torch.Tensor:
     """Rows ``[r0, r1)`` of ``diag(rs) A diag(cs) X`` into ``out (r1 - r0, D)``.
 
@@ -169,6 +228,8 @@ def spmm_rows(
         out: ``(r1 - r0, D)`` contiguous tensor of ``X``'s dtype, overwritten.
         row_scale: ``(M,)`` in ``X``'s dtype or ``None``; ``row_divide`` divides by it.
         col_scale: ``(N,)`` in ``X``'s dtype or ``None``.
+        skip_empty: leave the rows of ``out`` whose row of ``A`` is empty untouched (they
+            already hold zeros); otherwise they are set to zero.
 
     Returns:
         ``out``.
@@ -184,7 +245,7 @@ def spmm_rows(
     if values is None and col_scale is None:
 
         def run(a, b):
-            _sum_rows(ip, ix, xn, on, a, b, r0, rs, mode)
+            _sum_rows(ip, ix, xn, on, a, b, r0, rs, mode, skip_empty)
 
     else:
         w = _np(dummy if values is None else values)
@@ -192,16 +253,69 @@ def spmm_rows(
 
         def run(a, b):
             _general_rows(ip, ix, w, values is not None, xn, cs, col_scale is not None, on, a,
-                          b, r0, rs, mode)  # fmt: skip
+                          b, r0, rs, mode, skip_empty)  # fmt: skip
 
+    run_chunked(ip, r0, r1, max(X.shape[1], 1), run)
+    return out
+
+
+def run_chunked(indptr: np.ndarray, r0: int, r1: int, width: int, run) -> None:
+    """``run(a, b)`` over row ranges of ``[r0, r1)``, in parallel over torch's thread count;
+    in the calling thread alone when ``nnz * width`` is below :data:`PARALLEL_MIN_WORK`.
+
+    The rows are cut into :data:`CHUNKS_PER_THREAD` ranges per thread of equal non-zeros,
+    which the calling thread and the pool's workers claim one at a time. A worker that
+    starts late (its core still held by another runtime's spinning OpenMP thread, such as
+    torch's after each of its parallel operations) finds fewer ranges left, or none, and
+    the call returns as soon as every range is done: it never waits for a worker that has
+    not started. ``run`` must release the GIL (a ``nogil`` Numba kernel) for the ranges to
+    run in parallel.
+    """
     threads = torch.get_num_threads()
-    work = (int(ip[r1]) - int(ip[r0])) * max(X.shape[1], 1)
+    work = (int(indptr[r1]) - int(indptr[r0])) * width
     if threads <= 1 or work < PARALLEL_MIN_WORK:
         run(r0, r1)
-        return out
-    first, *rest = _chunks(ip, r0, r1, threads)
-    futures = [_POOL.get(threads - 1).submit(run, a, b) for a, b in rest]
-    run(*first)
-    for f in futures:
-        f.result()
-    return out
+        return
+    parts = max(1, min(threads * CHUNKS_PER_THREAD, work // (PARALLEL_MIN_WORK // 4)))
+    ranges = _chunks(indptr, r0, r1, parts)
+    claim = _Claims(ranges, run)
+    executor = _POOL.get(threads - 1)
+    for _ in range(threads - 1):
+        executor.submit(claim.work)
+    claim.work()
+    claim.wait()
+
+
+class _Claims:
+    """Row ranges handed out one at a time to the threads of one :func:`run_chunked` call."""
+
+    def __init__(self, ranges: list, run):
+        self.ranges, self.run = ranges, run
+        self.next = 0
+        self.done = 0
+        self.error = None
+        self.cond = threading.Condition()
+
+    def work(self) -> None:
+        while True:
+            with self.cond:
+                i = self.next
+                if i >= len(self.ranges) or self.error is not None:
+                    return
+                self.next = i + 1
+            try:
+                self.run(*self.ranges[i])
+            except BaseException as exc:  # handed to the calling thread by wait()
+                with self.cond:
+                    self.error = exc
+            with self.cond:
+                self.done += 1
+                self.cond.notify_all()
+
+    def wait(self) -> None:
+        """Until every claimed range is done (ranges nobody claimed after an error count as
+        done); re-raise a worker's error in the calling thread."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.done == self.next)
+            if self.error is not None:
+                raise self.error

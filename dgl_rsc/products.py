@@ -1,9 +1,12 @@
 """Exact sparse-dense products: the one dispatch point between the CPU and CUDA engines.
 
-``csr_mm(A, X)`` computes ``diag(rs) A diag(cs) X`` (scales optional). On the CPU it runs the
-Numba kernels of :mod:`dgl_rsc.cpu_spmm` (bit-identical to DGL's message passing, and at least as
-fast: ``docs/benchmarks.md``), writing into a reusable buffer of the matrix's
-:class:`~dgl_rsc.buffers.OutputPool`; without Numba, on torch's sparse CSR engine (MKL). On CUDA
+``csr_mm(A, X)`` computes ``diag(rs) A diag(cs) X`` (scales optional). On the CPU it runs
+DGL's own message-passing kernel where DGL imports (:mod:`dgl_rsc.dgl_kernels`), else the Numba
+kernels of :mod:`dgl_rsc.cpu_spmm` (bit-identical to DGL's, within 0-25% of its speed:
+``docs/benchmarks.md``); products of a cached RSC slice (``sparse_write``) always run on the
+Numba kernels, which write only the rows the slice reaches. Outputs are reusable buffers of
+the matrix's :class:`~dgl_rsc.buffers.OutputPool`. Without Numba or DGL, the CPU engine is
+torch's sparse CSR engine (MKL). On CUDA
 it runs cuSPARSE through ``torch.sparse`` with the scales applied around it. fp16/bf16 are
 computed in fp32 on the CPU (neither engine has a half-precision CPU path).
 """
@@ -15,7 +18,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from . import _deps
+from . import _deps, dgl_kernels
 from .buffers import OutputPool
 from .csr import CSR
 
@@ -63,7 +66,10 @@ NO_SCALES = Scales()
 
 
 def cpu_engine() -> str:
-    """``"numba"`` when the Numba kernels can run, else ``"torch.sparse"``."""
+    """The engine of exact CPU products: ``"dgl"`` where DGL imports, else ``"numba"`` when
+    the Numba kernels can run, else ``"torch.sparse"``."""
+    if _deps.dgl_available():
+        return "dgl"
     return "numba" if _deps.numba_available() else "torch.sparse"
 
 
@@ -71,19 +77,28 @@ def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tenso
     return None if t is None else t.to(dtype).contiguous()
 
 
-def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[OutputPool]):
+def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[OutputPool],
+              tag=None):  # fmt: skip
     from .cpu_spmm import spmm_rows
 
     out_shape = (shape[0], X.shape[1])
-    if pool is not None and OutputPool.enabled_for(out_shape, X.dtype, X.device):
-        out = pool.empty(out_shape, X.dtype)
+    pooled = pool is not None and OutputPool.enabled_for(out_shape, X.dtype, X.device)
+    clean = False
+    if pooled:
+        out, clean = pool.take(out_shape, X.dtype, tag)
     else:
         out = torch.empty(out_shape, dtype=X.dtype)
-    return spmm_rows(
-        indptr, indices, values, X, out,
-        row_scale=_cast(scales.row, X.dtype), row_divide=scales.row_divide,
-        col_scale=_cast(scales.col, X.dtype),
+    row = _cast(scales.row, X.dtype)
+    # a clean buffer keeps its zero rows: only rows with entries are written (unless a
+    # non-finite row scale would turn an empty row into NaN, as the full write does)
+    skip = clean and (row is None or bool(torch.isfinite(row).all()))
+    spmm_rows(
+        indptr, indices, values, X, out, row_scale=row, row_divide=scales.row_divide,
+        col_scale=_cast(scales.col, X.dtype), skip_empty=skip,
     )  # fmt: skip
+    if pooled and tag is not None:
+        pool.mark(out, tag)
+    return out
 
 
 def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
@@ -99,7 +114,7 @@ def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
     return out
 
 
-def _mm(indptr, indices, values, shape, X, scales: Scales, pool) -> torch.Tensor:
+def _mm(indptr, indices, values, shape, X, scales: Scales, pool, tag=None) -> torch.Tensor:
     """``(M, D)`` product; ``values`` is ``None`` (all ones) or ``(nnz,)``."""
     out_dtype = X.dtype
     cpu = X.device.type == "cpu"
@@ -110,7 +125,7 @@ def _mm(indptr, indices, values, shape, X, scales: Scales, pool) -> torch.Tensor
     X = X.contiguous()
     vals = _cast(values, X.dtype)
     if cpu and _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
-        out = _numba_mm(indptr, indices, vals, shape, X, scales, pool)
+        out = _numba_mm(indptr, indices, vals, shape, X, scales, pool, tag)
     else:
         if vals is None:
             vals = torch.ones(indices.numel(), dtype=X.dtype, device=X.device)
@@ -119,15 +134,40 @@ def _mm(indptr, indices, values, shape, X, scales: Scales, pool) -> torch.Tensor
 
 
 def csr_mm(
-    A: CSR, X: torch.Tensor, scales: Scales = NO_SCALES, pool: Optional[OutputPool] = None
+    A: CSR,
+    X: torch.Tensor,
+    scales: Scales = NO_SCALES,
+    pool: Optional[OutputPool] = None,
+    sparse_write: bool = False,
 ) -> torch.Tensor:
     """``diag(r) A diag(c) X``: ``A (M, N)``, ``X (N, D)`` -> ``(M, D)`` in ``X``'s dtype.
 
     No autograd. On the CPU the output may share a pooled buffer of ``pool`` (default: the
-    pool of ``A``'s structure); it stays valid for as long as the caller holds it.
+    pool of ``A``'s structure); it stays valid for as long as the caller holds it. With
+    ``sparse_write`` (products of a cached slice, whose many empty rows stay zero), a pooled
+    buffer that the same structure's last product left unmodified is reused with only the
+    rows that have entries rewritten.
     """
     pool = A.pool() if pool is None else pool
-    return _mm(A.indptr, A.indices, A.values, A.shape, X, scales, pool)
+    if not sparse_write and dgl_kernels.usable(X) and _nonempty(A, X):
+        return _dgl_mm(A, X, scales, pool)
+    tag = A.token if sparse_write else None
+    return _mm(A.indptr, A.indices, A.values, A.shape, X, scales, pool, tag)
+
+
+def _nonempty(A: CSR, X: torch.Tensor) -> bool:
+    return A.shape[0] > 0 and A.shape[1] > 0 and A.nnz > 0 and X.dim() == 2 and X.shape[1] > 0
+
+
+def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.Tensor:
+    X = X.detach().contiguous()
+    out_shape = (A.shape[0], X.shape[1])
+    if OutputPool.enabled_for(out_shape, X.dtype, X.device):
+        out = pool.empty(out_shape, X.dtype)
+    else:
+        out = torch.empty(out_shape, dtype=X.dtype)
+    vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
+    return dgl_kernels.spmm(A._s, vals, X, scales, out)
 
 
 def csr_t_mm(A: CSR, Y: torch.Tensor, scales: Scales = NO_SCALES) -> torch.Tensor:

@@ -55,3 +55,59 @@ def test_clear_and_nbytes():
     assert pool.nbytes() == 0 and len(pool) == 0
     x.fill_(1.0)  # still valid after the pool let go of it
     assert float(x.sum()) == 256 * 1024
+
+
+def test_tagged_buffers_are_clean_only_when_unmodified_since_marked():
+    pool = OutputPool()
+    shape = (512, 1024)
+    a, clean = pool.take(shape, torch.float32, tag=7)
+    assert not clean  # a new buffer holds anything
+    a.zero_()
+    pool.mark(a, 7)
+    ptr = a.data_ptr()
+    del a
+    b, clean = pool.take(shape, torch.float32, tag=7)
+    assert clean and b.data_ptr() == ptr
+    b[3] += 1.0  # modified in place after the mark: no longer what tag 7 left
+    del b
+    c, clean = pool.take(shape, torch.float32, tag=7)
+    assert not clean and c.data_ptr() == ptr
+    pool.mark(c, 7)
+    del c
+    d, clean = pool.take(shape, torch.float32, tag=8)
+    assert not clean  # another tag
+    del d
+    e = pool.empty(shape, torch.float32)  # an untagged writer forgets the mark
+    del e
+    f, clean = pool.take(shape, torch.float32, tag=7)
+    assert not clean
+    held, clean = pool.take(shape, torch.float32, tag=7)
+    assert not clean and held.data_ptr() != f.data_ptr()  # f is alive: a second buffer
+
+
+def test_sparse_writes_of_a_cached_slice_equal_full_writes():
+    """A sampled product repeated on the same slice writes only its non-empty rows into a
+    clean buffer; the results equal a fresh full write, also after something modified a
+    released output in place."""
+    from dgl_rsc.backends import torch_ref
+    from dgl_rsc.products import NO_SCALES, Scales
+    from dgl_rsc.sampling import draw_sample, sample_product
+
+    from .conftest import power_law_csr
+
+    A = power_law_csr(3000, 12.0, seed=4)
+    dY = torch.randn(3000, 128)
+    s = draw_sample(A, dY, int(0.05 * A.nnz), "cost", 0, torch_ref, "none")
+    fresh = sample_product(A, s, dY, NO_SCALES).clone()
+    assert fresh.numel() * 4 >= POOL_MIN_BYTES and bool(fresh.eq(0).all(1).any())
+    for step in range(4):
+        out = sample_product(A, s, dY, NO_SCALES)
+        assert torch.equal(out, fresh)
+        if step == 1:
+            out.fill_(5.0)  # a downstream in-place op on the released gradient
+        del out
+    sc = Scales(row=torch.rand(3000) + 0.5)
+    ref = sample_product(A, s, dY, sc).clone()
+    assert torch.equal(sample_product(A, s, dY, sc), ref)
+    bad = Scales(col=torch.full((3000,), float("nan")))  # the output rows' scale
+    assert bool(sample_product(A, s, dY, bad).isnan().all())  # as a full write gives

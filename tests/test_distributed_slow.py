@@ -98,3 +98,17 @@ def test_quantized_halo_messages_train_and_send_fewer_bytes(tmp_path, bits):
     assert fwd(b) < 0.6 * fwd(a)
     report = b[0]["distributed"]["forward_bits"]
     assert report["histogram"] and report["error"] is not None and report["error"] < 1.0
+
+
+def test_the_api_example_trains(tmp_path):
+    """tools/dist_example.py (the README's distributed API walk-through) runs on 2 ranks:
+    the approximate phase, then the switch to exact, and the loss goes down."""
+    proc = torchrun(2, str(ROOT / "tools" / "dist_example.py"), "--epochs", "10",
+                    "--nodes", "1200", "--partitions", str(tmp_path / "parts"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [x.split() for x in proc.stdout.splitlines() if x.startswith("epoch")]
+    assert len(lines) == 10  # rank 0 alone prints
+    loss = [float(x[3]) for x in lines]
+    phases = [x[5] for x in lines]
+    assert "approx" in phases and phases[-1] == "exact" and loss[-1] < loss[0]
+    assert any(name.endswith(".npz") for name in os.listdir(tmp_path / "parts"))  # cached

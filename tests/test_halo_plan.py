@@ -293,5 +293,28 @@ def test_comm_sim_end_to_end_and_never_overwrites_foreign_files(tmp_path, one_th
     assert (tmp_path / "cs.png").read_bytes() != b"somebody's picture"
 
 
+def test_comm_sim_quantized_volumes_follow_the_codec(one_thread):
+    """The simulator's quantized rows cost what the codec sends per row, and the totals
+    shrink with the width."""
+    from dgl_rsc.distributed.quant import HEADER_BYTES, payload_bytes
+
+    cs = _load_comm_sim()
+    for width in (1, 7, 64, 256):
+        for bits in (2, 4, 8, 16, 32):
+            body = payload_bytes(1000, width, bits) - HEADER_BYTES
+            assert 0 <= body - 1000 * cs.row_bytes(width, bits) < 16  # alignment padding
+    name, src, dst, n = cs.load_graph("synthetic:400:6")
+    part = torch.arange(n) % 4
+    kept = [None, torch.rand(n, generator=torch.Generator().manual_seed(0)) < 0.2]
+    out = cs.halo_bytes(src, dst, n, part, 4, [8, 16], kept, bits=(8, 4, 2))
+    fp32 = out["halo_exact_cached"]
+    rows = (out["halo_fwd_hidden"] + out["halo_bwd"]) / (16 * 4)  # one layer of width 16
+    assert torch.equal(out["halo_exact_cached_q8"], rows * (4 + 16))
+    for hi, lo in ((8, 4), (4, 2)):
+        assert (out[f"halo_exact_cached_q{lo}"] <= out[f"halo_exact_cached_q{hi}"]).all()
+        assert (out[f"halo_rsc_cached_q{lo}"] <= out[f"halo_rsc_cached_q{hi}"]).all()
+    assert (out["halo_rsc_cached_q2"] < fp32).all() and (fp32 > 0).all()
+
+
 def test_docstring_examples_run():
     assert doctest.testmod(halo_module).failed == 0

@@ -1,10 +1,11 @@
 """The product dispatch: scales, their transpose, and the SDDMM over several chunks."""
 
+import pytest
 import torch
 
 from dgl_rsc.products import Scales, csr_mm, csr_t_mm, sddmm
 
-from .conftest import power_law_csr
+from .conftest import power_law_csr, requires_dgl
 
 
 def test_scales_transpose_and_row_factor():
@@ -37,3 +38,28 @@ def test_transposed_product_is_the_transpose_of_the_scaled_matrix():
     D = A.to_dense(torch.float64) / r[:, None] * c[None, :]
     torch.testing.assert_close(csr_mm(A, Y, sc), D @ Y)
     torch.testing.assert_close(csr_t_mm(A, Y, sc), D.t() @ Y)
+
+
+@requires_dgl
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dgl_kernel_and_numba_kernel_agree_bit_for_bit(monkeypatch, dtype):
+    """Where DGL imports the exact CPU products run on its kernel; without it, on the Numba
+    kernels. Both give the same bits for every combination of values and scales (and the
+    Numba engine is what the DGL-free machine runs)."""
+    from dgl_rsc import dgl_kernels, products
+
+    A = power_law_csr(3000, 15.0, seed=6)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3000, 96, generator=g, dtype=dtype)
+    w = torch.rand(A.nnz, generator=g, dtype=dtype) + 0.1
+    r = torch.rand(3000, generator=g, dtype=dtype) + 0.5
+    c = torch.rand(3000, generator=g, dtype=dtype) + 0.5
+    W = A.with_values(w)
+    cases = [(A, Scales()), (W, Scales()), (A, Scales(row=r, col=c)),
+             (W, Scales(row=r, col=c)), (A, Scales(row=r, row_divide=True))]  # fmt: skip
+    assert products.cpu_engine() == "dgl"
+    with_dgl = [(csr_mm(M, X, sc).clone(), csr_t_mm(M, X, sc).clone()) for M, sc in cases]
+    monkeypatch.setattr(dgl_kernels, "usable", lambda X: False)
+    for (M, sc), (fwd, bwd) in zip(cases, with_dgl):
+        assert torch.equal(csr_mm(M, X, sc), fwd)
+        assert torch.equal(csr_t_mm(M, X, sc), bwd)

@@ -53,8 +53,11 @@ def test_reference_backend_follows_the_protocol_and_the_count():
 
 
 def test_backend_registry_and_resolve_errors():
-    assert set(BACKENDS) == {"torch", "cupy", "numba"}
-    assert resolve("auto", "cpu") is torch_ref and resolve("torch", "cpu") is torch_ref
+    from dgl_rsc.backends import numba_cpu
+
+    assert set(BACKENDS) == {"torch", "cupy", "numba", "numba-cpu"}
+    assert resolve("auto", "cpu") is numba_cpu and resolve("torch", "cpu") is torch_ref
+    assert resolve("numba-cpu", "cpu") is numba_cpu
     with pytest.raises(ValueError, match="Did you mean 'cupy'"):
         resolve("cupi", "cpu")
     with pytest.raises(ValueError, match="needs CUDA tensors"):

@@ -2,8 +2,9 @@
 
 For a power-law matrix ``A`` and an output gradient ``dY (n, d)`` this times
 
-- the exact ``A^T @ dY`` through every engine available: the package's engine (Numba CSR
-  kernels on the cached transpose; torch.sparse where Numba is missing or on CUDA), and,
+- the exact ``A^T @ dY`` through every engine available: the package's engine (DGL's kernel
+  where DGL imports, else the Numba CSR kernels, on the cached transpose; torch.sparse
+  without either, cuSPARSE on CUDA), the Numba kernels on their own, and,
   when DGL imports, DGL's message-passing kernel (``copy_u``/``sum`` on the graph whose
   aggregation is ``A^T``: what stock ``dgl.nn`` convs run) and ``dgl.sparse.spmm``; the
   forward ``A @ X`` on the package's engine and on DGL's message passing;
@@ -34,7 +35,7 @@ from bench_common import grad_like, machine, power_law_csr, sync, timeit, write_
 
 from dgl_rsc import RSCController, _deps
 from dgl_rsc.backends import resolve
-from dgl_rsc.products import NO_SCALES, csr_mm, csr_t_mm
+from dgl_rsc.products import NO_SCALES, _mm, cpu_engine, csr_mm, csr_t_mm
 from dgl_rsc.sampling import draw_sample, sample_product, selection_key
 from dgl_rsc.spmm import spmm_matrix
 
@@ -71,6 +72,12 @@ def exact_engines(A, dY, X, device, reps):
     """``({engine: backward seconds}, {engine: forward seconds})``."""
     bwd = {"dgl_rsc engine (cached transpose)": timeit(lambda: csr_t_mm(A, dY), device, reps)}
     fwd = {"dgl_rsc engine": timeit(lambda: csr_mm(A, X), device, reps)}
+    if torch.device(device).type == "cpu" and cpu_engine() == "dgl":  # and without DGL:
+        At = A.transpose()
+        bwd["Numba kernel (the engine without DGL)"] = timeit(
+            lambda: _mm(At.indptr, At.indices, None, At.shape, dY, NO_SCALES, At.pool()),
+            device, reps,
+        )  # fmt: skip
     if _deps.dgl_available() and torch.device(device).type == "cpu":
         import dgl
         import dgl.sparse as dglsp
@@ -230,6 +237,7 @@ def main(argv=None):
     )
     result = dict(
         machine=machine(device),
+        cpu_engine=cpu_engine(),
         graph=dict(nodes=A.shape[0], nnz=A.nnz, dim=args.dim, index_dtype=args.index_dtype),
         threads=torch.get_num_threads(),
         forward_engines_s=fwd,

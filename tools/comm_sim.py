@@ -16,6 +16,8 @@ Message kinds (bytes received per rank and epoch; ``max`` and ``mean`` over rank
   the top in-degree rows (``degree``, a stand-in for RSC's score);
 - totals ``halo_exact`` (all of the above but RSC), ``halo_exact_cached`` (without
   ``halo_fwd_input``), ``halo_rsc_cached`` (``halo_fwd_hidden + halo_bwd_rsc``);
+- ``halo_exact_cached_q{b}``, ``halo_rsc_cached_q{b}``: the same with the halo rows quantized
+  to ``b`` bits (``--bits``; each row's packed codes plus its 16-bit offset and scale);
 - ``cagnet_1d``, ``cagnet_1.5d`` (replication ``c``), ``cagnet_2d``: the leading-order
   formulas ``n*f``, ``n*f/c``, ``n*f/sqrt(P)`` words per layer, forward (all layers) and
   backward (layers 2..L); see ``shared/docs/DISTRIBUTED.md``.
@@ -113,9 +115,20 @@ def kept_rows(part, parts: int, fraction: float, in_degree, how: str = "degree",
     return keep
 
 
-def halo_bytes(src, dst, n, part, parts, widths, kept) -> dict:
+def row_bytes(width: int, bits: int) -> int:
+    """Bytes of one halo row of ``width`` values at ``bits``: fp32/bf16 raw, or the packed
+    codes plus the row's bf16 offset and scale (the codec of
+    :mod:`dgl_rsc.distributed.quant`; message headers and row indices are not counted)."""
+    if bits >= 16:
+        return width * bits // 8
+    return 4 + -(-width * bits // 8)
+
+
+def halo_bytes(src, dst, n, part, parts, widths, kept, bits=()) -> dict:
     """Per-rank received bytes ``{kind: (P,) float64}``; ``kept[l]`` is the ``(N,)`` mask of
-    rows RSC keeps in layer ``l`` (``kept[0]`` is unused: layer 1 has no halo gradient)."""
+    rows RSC keeps in layer ``l`` (``kept[0]`` is unused: layer 1 has no halo gradient).
+    For every width ``b`` in ``bits`` (quantized messages) the cached totals are also given
+    as ``halo_exact_cached_q{b}`` and ``halo_rsc_cached_q{b}``."""
     exact = halo_rows(src, dst, n, part, parts).double()  # [q, r]: rows q sends to r
     fwd_rows, bwd_rows = exact.sum(0), exact.sum(1)  # r receives features / gradients
     out = {
@@ -124,12 +137,19 @@ def halo_bytes(src, dst, n, part, parts, widths, kept) -> dict:
         "halo_bwd": bwd_rows * sum(widths[1:]) * BYTES,
         "halo_bwd_rsc": torch.zeros(parts, dtype=torch.float64),
     }
-    for width, mask in zip(widths[1:], kept[1:]):
-        touched = halo_rows(src, dst, n, part, parts, rows=mask).double()
-        out["halo_bwd_rsc"] += touched.sum(1) * width * BYTES
+    rsc_rows = []  # per layer 2..L: (P,) gradient rows received under RSC
+    for mask in kept[1:]:
+        rsc_rows.append(halo_rows(src, dst, n, part, parts, rows=mask).double().sum(1))
+    for width, rows in zip(widths[1:], rsc_rows):
+        out["halo_bwd_rsc"] += rows * width * BYTES
     out["halo_exact"] = out["halo_fwd_input"] + out["halo_fwd_hidden"] + out["halo_bwd"]
     out["halo_exact_cached"] = out["halo_fwd_hidden"] + out["halo_bwd"]
     out["halo_rsc_cached"] = out["halo_fwd_hidden"] + out["halo_bwd_rsc"]
+    for b in bits:
+        per_row = [row_bytes(w, b) for w in widths[1:]]
+        fwd = sum(fwd_rows * c for c in per_row)
+        out[f"halo_exact_cached_q{b}"] = fwd + sum(bwd_rows * c for c in per_row)
+        out[f"halo_rsc_cached_q{b}"] = fwd + sum(r * c for r, c in zip(rsc_rows, per_row))
     return out
 
 
@@ -183,7 +203,7 @@ def simulate(args, graph, record) -> None:
                 kept_rows(part, p, f, in_degree, args.select, args.seed + layer)
                 for layer, f in enumerate(args.kept_fractions[1:], start=1)
             ]
-            per_rank = halo_bytes(src, dst, n, part, p, args.widths, kept)
+            per_rank = halo_bytes(src, dst, n, part, p, args.widths, kept, args.bits)
             record["results"].append(
                 {
                     "graph": name,
@@ -259,6 +279,8 @@ def plot(record, path: str) -> None:
         "cagnet_1d": "C3",
         "cagnet_1.5d": "C4",
         "cagnet_2d": "C5",
+        "halo_rsc_cached_q8": "C6",
+        "halo_rsc_cached_q2": "C7",
     }
     dashes = {"metis": "-", "metis-dgl": "-.", "random": "--", "contiguous": "-.", "cagnet": ":"}
     for ax, graph in zip(axes[0], graphs):
@@ -326,6 +348,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--widths", type=_ints, default=[128, 256, 256], help="layer input widths")
     ap.add_argument("--kept", default="0.1", help="RSC kept-row fraction or a JSON file")
     ap.add_argument("--select", choices=sorted(SELECTORS), default="degree")
+    ap.add_argument(
+        "--bits",
+        type=_ints,
+        default=[8, 4, 2],
+        help="quantized halo widths to add (empty: fp32 only)",
+    )
     ap.add_argument("--replication", type=int, default=2, help="CAGNET 1.5D factor c")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None, help="partition cache folder")

@@ -78,7 +78,7 @@ def method_row(res: dict, method: str) -> dict:
     return out
 
 
-def run_cell(config, nproc, method, bits, budget, runs_dir, extra) -> dict:
+def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None) -> dict:
     name = os.path.splitext(os.path.basename(config))[0]
     out = os.path.join(runs_dir, f"{name}-p{nproc}-{method}-{bits}b-rsc{budget}")
     cmd = [sys.executable, "-m", "dgl_rsc", "run", config, "--out", out, "--force",
@@ -88,6 +88,8 @@ def run_cell(config, nproc, method, bits, budget, runs_dir, extra) -> dict:
         cmd += ["--nproc", str(nproc), "--set", f"distributed.partitions={nproc}",
                 "--set", f"distributed.method={method}",
                 "--set", f"distributed.halo_bits={bits}"]  # fmt: skip
+        if cache:
+            cmd += ["--set", f"distributed.partition_cache={cache}"]
     cmd += extra
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -125,6 +127,7 @@ def main():
     p.add_argument("--budgets", type=float, nargs="+", default=[0.1])
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set")
     p.add_argument("--runs", default="runs/dist_sweep", help="where the launcher runs write")
+    p.add_argument("--partition-cache", default=None, help="partitions shared by the cells")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     extra = [x for s in args.sets for x in ("--set", s)]
@@ -140,7 +143,9 @@ def main():
                     for b in args.budgets:
                         if (config, nproc, method, bits, b) in done:
                             continue
-                        row = run_cell(config, nproc, method, bits, b, args.runs, extra)
+                        row = run_cell(
+                            config, nproc, method, bits, b, args.runs, extra, args.partition_cache
+                        )
                         result["rows"].append(row)
                         write_json(args.out, result)
                         print_row(row)

@@ -56,24 +56,30 @@ BACKENDS: dict[str, Backend] = {
                 "CuPy RawKernels (CUDA)"),
         Backend("numba", "dgl_rsc.backends.numba_backend", ("cuda", "cpu-simulator"),
                 _deps.require_numba_cuda, "Numba-CUDA kernels (CUDA, or Numba's simulator)"),
+        Backend("numba-cpu", "dgl_rsc.backends.numba_cpu", ("cpu",), _deps.require_numba,
+                "Numba CPU kernels (the CPU default where Numba imports)"),
     )
 }  # fmt: skip
 
 #: ``"auto"``: the first backend of the device type's list that can run
-AUTO = {"cuda": ("cupy", "torch")}
+AUTO = {"cuda": ("cupy", "torch"), "cpu": ("numba-cpu", "torch")}
 
 
 def resolve(name: str, device) -> ModuleType:
     """The backend module for ``name`` on ``device``.
 
-    ``"auto"`` is CuPy for CUDA tensors when CuPy works, torch otherwise. A backend that
+    ``"auto"`` is CuPy for CUDA tensors when CuPy works, the Numba CPU kernels for CPU tensors
+    when Numba imports, torch otherwise. A backend that
     cannot run raises an ``ImportError``/``ValueError`` naming what is missing and the fix.
     """
     device = torch.device(device)
     if name == "auto":
         for cand in AUTO.get(device.type, ("torch",)):
-            if cand == "torch" or (cand == "cupy" and _deps.cupy_available()):
-                return BACKENDS[cand].load()
+            try:
+                BACKENDS[cand].require()
+            except ImportError:
+                continue
+            return BACKENDS[cand].load()
     if name not in BACKENDS:
         near = difflib.get_close_matches(str(name), BACKENDS, n=1)
         hint = f" Did you mean '{near[0]}'?" if near else ""

@@ -37,4 +37,8 @@ class SamplingBackend(Protocol):
         row_mask: torch.Tensor,
         entry_keep: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
-        """CSR ``(indptr, indices, values)`` of ``A[S, :]^T`` cut from ``A^T``'s CSR."""
+        """CSR ``(indptr, indices, values)`` of ``A[S, :]^T`` cut from ``A^T``'s CSR.
+
+        A backend may also provide ``slice_rows(indptr, indices, values, shape, row_mask)``:
+        the same slice (without extra kept entries) cut from ``A``'s own CSR, for a cost in
+        the kept non-zeros; :func:`~dgl_rsc.sampling.draw_sample` prefers it."""

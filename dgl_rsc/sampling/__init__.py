@@ -18,7 +18,7 @@ from .draw import (
     sample_product,
 )
 from .rules import RULES, Rule, get_rule, kept_count, selection_key
-from .scale import cross_terms, estimate_ls_scale
+from .scale import cross_terms, estimate_ls_scale, sampled_cross_terms
 
 __all__ = [
     "RULES",
@@ -34,5 +34,6 @@ __all__ = [
     "propagate_nonfinite",
     "row_norms",
     "sample_product",
+    "sampled_cross_terms",
     "selection_key",
 ]

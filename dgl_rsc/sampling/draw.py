@@ -103,10 +103,14 @@ def draw_sample(
     scores = backend.row_scores(row_norms(A, scales, skip_diagonal=diag is not None), dY)
     key = selection_key(scores, row_nnz, rule)
     mask, k = backend.select_rows(key, row_nnz, max(budget, 0), min_k)
-    t_indptr, t_rows, perm = A.transposed()
-    t_vals = None if A.values is None else A.values.detach()[perm]
-    keep = None if diag is None else diag[2]
-    s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask, keep)
+    if diag is None and hasattr(backend, "slice_rows"):  # cut from the kept rows alone
+        s_indptr, s_idx, s_vals = backend.slice_rows(A.indptr, A.indices, A.values, A.shape,
+                                                     mask)  # fmt: skip
+    else:
+        t_indptr, t_rows, perm = A.transposed()
+        t_vals = None if A.values is None else A.values.detach()[perm]
+        keep = None if diag is None else diag[2]
+        s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask, keep)
     factor = mass_scale(scores, mask) if rescale == "mass" else None
     t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
     return Sample(None, -1, t_slice, k, s_indptr[-1].long(), factor, mask, scores)
@@ -114,13 +118,17 @@ def draw_sample(
 
 def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> torch.Tensor:
     """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY``; the output comes from the pool of
-    ``A``'s transposed structure, like the exact backward's."""
+    ``A``'s transposed structure, like the exact backward's. Rows of the output that no kept
+    row reaches are zero; a step that reuses the cached slice writes only the others when it
+    gets back the buffer the slice's last product left unmodified."""
     ts = scales.transposed()
     row = ts.row
     if sample.factor is not None:
         f = sample.factor.to(dY.dtype if dY.is_floating_point() else torch.float32)
         row = f.expand(A.shape[1]) if row is None else row * f
-    return csr_mm(sample.t_slice, dY, Scales(row, ts.col), pool=A.transpose_pool())
+    return csr_mm(
+        sample.t_slice, dY, Scales(row, ts.col), pool=A.transpose_pool(), sparse_write=True
+    )
 
 
 def apply_scale(
@@ -147,8 +155,13 @@ def propagate_nonfinite(
     out (a cached sample would otherwise drop a NaN that appeared between refreshes).
 
     ``w_i = 0 * sum(dY[i])`` is 0 for finite rows and NaN otherwise; ``A^T w`` (one
-    matrix-vector product, no host synchronization) is added to every column of ``out``.
+    matrix-vector product, no host synchronization) is added to every column of ``out``. On
+    the CPU, where reading a value back costs nothing, a finite ``sum(dY)`` (which every NaN
+    or Inf in ``dY`` would make non-finite) skips that product: the common case costs one
+    pass over ``dY``.
     """
+    if dY.device.type == "cpu" and bool(torch.isfinite(dY.sum())):
+        return out
     w = dY.sum(dim=1, keepdim=True).mul_(0)
     return out.add_(csr_t_mm(A, w, scales).to(out.dtype))
 

@@ -27,10 +27,25 @@ import torch
 from ..csr import CSR
 from ..products import Scales
 
-__all__ = ["estimate_ls_scale", "cross_terms", "CONFIDENCE"]
+__all__ = ["estimate_ls_scale", "cross_terms", "sampled_cross_terms", "CONFIDENCE"]
 
 #: standard errors subtracted from the estimated cross term (a one-sided ~98% lower bound)
 CONFIDENCE = 2.0
+
+
+def _entry_weights(A: CSR, scales: Scales, w, ent, rows, cols, skip_diagonal: bool):
+    """``w * Â[rows, cols]`` in float64 for entries ``ent`` of ``A`` (0 on the diagonal when
+    ``skip_diagonal``)."""
+    if A.values is not None:
+        w = w * A.values.detach().double()[ent]
+    if scales.score_col() is not None:
+        w = w * scales.score_col().double()[cols]
+    r = scales.row_factor()
+    if r is not None:
+        w = w * r.double()[rows]
+    if skip_diagonal:
+        w = torch.where(cols == rows, torch.zeros_like(w), w)
+    return w
 
 
 def cross_terms(
@@ -53,18 +68,36 @@ def cross_terms(
     cols = A.indices.long()[ent]
     i = rows[seg]
     w = torch.ones(ent.numel(), dtype=torch.float64, device=G.device)
-    if A.values is not None:
-        w = w * A.values.detach().double()[ent]
-    if scales.score_col() is not None:
-        w = w * scales.score_col().double()[cols]
-    r = scales.row_factor()
-    if r is not None:
-        w = w * r.double()[i]
-    if skip_diagonal:
-        w = torch.where(cols == i, torch.zeros_like(w), w)
+    w = _entry_weights(A, scales, w, ent, i, cols, skip_diagonal)
     dots = (G[cols].double() * dY[i].double()).sum(1) * w
     out = torch.zeros(rows.numel(), dtype=torch.float64, device=G.device)
     return out.index_add_(0, seg, dots)
+
+
+def sampled_cross_terms(
+    A: CSR, dY: torch.Tensor, scales: Scales, G: torch.Tensor, rows: torch.Tensor,
+    generator: Optional[torch.Generator] = None, skip_diagonal: bool = False,
+) -> torch.Tensor:  # fmt: skip
+    """``(R,)`` float64 unbiased estimates of :func:`cross_terms`: for each ``i`` in ``rows``
+    one entry ``j`` of row ``i`` drawn uniformly, ``nnz_i * Â[i, j] * <G[j], dY[i]>`` (0 for
+    an empty row, and for the diagonal entry when ``skip_diagonal``).
+
+    Args:
+        A: ``(M, N)``; ``dY (M, D)``; ``G (N, D)``; ``rows (R,)`` int64 row ids of ``A``.
+    """
+    rows = rows.long()
+    indptr = A.indptr.long()
+    starts = indptr[rows]
+    lens = indptr[rows + 1] - starts
+    u = torch.rand(rows.numel(), generator=generator, dtype=torch.float64, device=rows.device)
+    pick = torch.minimum((u * lens.double()).long(), (lens - 1).clamp(min=0))
+    ent = starts + pick
+    ent = torch.where(lens > 0, ent, torch.zeros_like(ent))  # empty rows: weight 0 below
+    if A.nnz == 0:
+        return torch.zeros(rows.numel(), dtype=torch.float64, device=G.device)
+    cols = A.indices.long()[ent]
+    w = _entry_weights(A, scales, lens.double(), ent, rows, cols, skip_diagonal)
+    return (G[cols].double() * dY[rows].double()).sum(1) * w
 
 
 def estimate_ls_scale(
@@ -84,7 +117,8 @@ def estimate_ls_scale(
         G_kept: ``(N, D)`` the sampled product of the kept rows (without an exactly applied
             diagonal: the factor scales the sampled part only).
         scores: ``(M,)`` the rows' scores ``s_i``; ``kept``: ``(M,)`` bool, the kept rows.
-        probe_rows: how many dropped rows to draw (with replacement, ``p_i ~ s_i``).
+        probe_rows: how many dropped rows to draw (with replacement, ``p_i ~ s_i``), each
+            through one uniformly drawn entry (:func:`sampled_cross_terms`).
     """
     s = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0)
     total, kept_mass = s.sum(), s[kept].sum()
@@ -93,13 +127,14 @@ def estimate_ls_scale(
         return one
     mass = total / kept_mass
     dropped = torch.nonzero(~kept & (s > 0)).squeeze(1)
-    g2 = float(G_kept.double().square().sum())
+    g2 = float(torch.linalg.vector_norm(G_kept.float())) ** 2  # fp32, pairwise: no copy
     if dropped.numel() == 0 or probe_rows <= 0 or g2 <= 0:
         return one
     p = s[dropped].double()
     p = p / p.sum()
     pick = torch.multinomial(p, probe_rows, replacement=True, generator=generator)
-    cross = cross_terms(A, dY, scales, G_kept, dropped[pick], skip_diagonal) / p[pick]
+    cross = sampled_cross_terms(A, dY, scales, G_kept, dropped[pick], generator,
+                                skip_diagonal) / p[pick]  # fmt: skip
     se = float(cross.std()) / probe_rows**0.5 if probe_rows > 1 else float("inf")
     lower = float(cross.mean()) - CONFIDENCE * se
     c = 1.0 + max(lower, 0.0) / g2
