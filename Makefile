@@ -37,14 +37,17 @@ format: $(STAMP)
 	$(VENV)/bin/ruff format dgl_rsc tests tools
 	$(VENV)/bin/ruff check --fix dgl_rsc tests tools
 
-# CPU benchmarks keep freed memory in the process (glibc: no mmap for large blocks, no trim):
-# otherwise every (N, d) product output pays first-touch page faults (200k x 256: 63 ms to zero
-# a fresh buffer vs 14 ms for a reused one), a floor that hides what RSC saves. PyTorch's CPU
-# tuning guide recommends a caching allocator (jemalloc/tcmalloc) for the same reason.
-CPU_ALLOC := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456
-
+# CPU benchmarks (docs/benchmarks.md): single products and end-to-end epochs against stock
+# DGL on the two graphs of the engine issue, 1 and 2 threads; about an hour on 2 cores. Run
+# them with nothing else on the machine.
 bench: $(STAMP)
-	$(CPU_ALLOC) $(PY) tools/bench_spmm.py --out results/bench_spmm.json
+	mkdir -p results
+	for g in quickstart g200k; do for t in 2 1; do \
+	  $(PY) tools/bench_spmm.py --preset $$g --threads $$t --budgets 0.05,0.1,0.2,0.3 \
+	    --rules cost --reps 5 --out results/spmm_cpu_$${g}_t$$t.json || exit 1; \
+	done; done
+	$(PY) tools/bench_cpu_e2e.py --graphs quickstart g200k --models gcn sage --threads 2 1 \
+	  --profile --out results/e2e_cpu.json
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info runs

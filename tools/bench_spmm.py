@@ -107,8 +107,15 @@ def rsc_parts(A, dY, budget, rule, backend, device, reps):
 
     t_select = timeit(score_select, device, reps)
     mask, k = score_select()
-    t_indptr, t_rows, _ = A.transposed()
-    t_slice = timeit(lambda: backend.slice_transposed(t_indptr, t_rows, None, mask), device, reps)
+    if hasattr(backend, "slice_rows"):  # what draw_sample does: cut from the kept rows
+        t_slice = timeit(
+            lambda: backend.slice_rows(A.indptr, A.indices, None, A.shape, mask), device, reps
+        )
+    else:
+        t_indptr, t_rows, _ = A.transposed()
+        t_slice = timeit(
+            lambda: backend.slice_transposed(t_indptr, t_rows, None, mask), device, reps
+        )
     s = draw_sample(A, dY, int(budget * A.nnz), rule, 10, backend)
     t_prod = timeit(lambda: sample_product(A, s, dY, NO_SCALES), device, reps)
     return t_select, t_slice, t_prod, sample_product(A, s, dY, NO_SCALES), int(k), int(s.nnz)

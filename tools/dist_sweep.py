@@ -78,9 +78,10 @@ def method_row(res: dict, method: str) -> dict:
     return out
 
 
-def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None) -> dict:
+def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None, label="") -> dict:
     name = os.path.splitext(os.path.basename(config))[0]
-    out = os.path.join(runs_dir, f"{name}-p{nproc}-{method}-{bits}b-rsc{budget}")
+    tail = f"-{label}" if label else ""
+    out = os.path.join(runs_dir, f"{name}-p{nproc}-{method}-{bits}b-rsc{budget}{tail}")
     cmd = [sys.executable, "-m", "dgl_rsc", "run", config, "--out", out, "--force",
            "--no-progress", "--set", f"rsc.budget={budget}", "--set", "compare=true",
            "--set", "train.stock_baseline=false"]  # fmt: skip
@@ -97,7 +98,7 @@ def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None) -
     with open(os.path.join(out, "results.json"), encoding="utf-8") as f:
         res = json.load(f)
     return {
-        "config": config, "nproc": nproc, "method": method if nproc > 1 else None,
+        "config": config, "label": label, "nproc": nproc, "method": method if nproc > 1 else None,
         "bits": bits if nproc > 1 else None, "budget": budget, "metric": res["metric"],
         "exact": method_row(res, "exact"), "rsc": method_row(res, "rsc"), "out": out,
     }  # fmt: skip
@@ -109,7 +110,7 @@ def _fmt_bytes(x):
 
 def print_row(row):
     head = (f"{os.path.basename(row['config']):<26} P={row['nproc']} {row['method'] or '-':<7} "
-            f"bits={row['bits'] or '-':<8} b={row['budget']}")  # fmt: skip
+            f"bits={row['bits'] or '-':<8} b={row['budget']} {row.get('label', '')}")  # fmt: skip
     for m in ("exact", "rsc"):
         r = row[m]
         print(f"{head} {m:<5} test {r['test_mean']:6.2f} ± {r['test_std']:4.2f} "
@@ -128,6 +129,7 @@ def main():
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set")
     p.add_argument("--runs", default="runs/dist_sweep", help="where the launcher runs write")
     p.add_argument("--partition-cache", default=None, help="partitions shared by the cells")
+    p.add_argument("--label", default="", help="names this sweep's rows (e.g. overlap-off)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     extra = [x for s in args.sets for x in ("--set", s)]
@@ -135,17 +137,17 @@ def main():
     if os.path.exists(args.out):  # a sweep that was interrupted continues where it stopped
         with open(args.out, encoding="utf-8") as f:
             result["rows"] = json.load(f).get("rows", [])
-    done = {(r["config"], r["nproc"], r["method"], r["bits"], r["budget"]) for r in result["rows"]}
+    done = {(r["config"], r["nproc"], r["method"], r["bits"], r["budget"], r.get("label", ""))
+            for r in result["rows"]}  # fmt: skip
     for config in args.configs:
         for nproc in args.nproc:
             for method in args.methods if nproc > 1 else [None]:
                 for bits in args.bits if nproc > 1 else [None]:
                     for b in args.budgets:
-                        if (config, nproc, method, bits, b) in done:
+                        if (config, nproc, method, bits, b, args.label) in done:
                             continue
-                        row = run_cell(
-                            config, nproc, method, bits, b, args.runs, extra, args.partition_cache
-                        )
+                        row = run_cell(config, nproc, method, bits, b, args.runs, extra,
+                                       args.partition_cache, args.label)  # fmt: skip
                         result["rows"].append(row)
                         write_json(args.out, result)
                         print_row(row)

@@ -1,102 +1,298 @@
 """Render the tables of docs/benchmarks.md from the JSON results in docs/results/.
 
-python tools/render_benchmarks.py > /tmp/tables.md
-python tools/render_benchmarks.py collect runs/cora launcher_cora "dgl-rsc run ..."
-    (keeps the environment, summary and table of a launcher run as docs/results/NAME.json)
+    python tools/render_benchmarks.py > /tmp/tables.md        # every table, by section
+    python tools/render_benchmarks.py collect runs/cora launcher_cora "dgl-rsc run ..."
+        (keeps the environment, summary and table of a launcher run as docs/results/NAME.json)
+
+Each renderer reads one kind of result file (the tool that wrote it is named in its
+docstring); a file that is not there is left out.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
+def _load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def _where(m: dict) -> str:
+    return m.get("gpu") or f"{m['host_cpu']} ({m['cpus']} cores)"
+
+
+def _cmd(d: dict) -> str:
+    return f"`python {d['command']}`"
+
+
+def _mb(x) -> str:
+    return "-" if x is None else f"{x / 1e6:.2f}"
+
+
 def spmm(name: str) -> str:
-    d = json.loads((RESULTS / name).read_text())
+    """tools/bench_spmm.py"""
+    d = _load(name)
     g, m = d["graph"], d["machine"]
-    eng = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in d["exact_engines_s"].items())
-    where = m.get("gpu") or f"{m['host_cpu']} ({m['cpus']} cores)"
-    alloc = m.get("allocator_env")
-    if alloc:
-        where += ", allocator " + " ".join(f"{k}={v}" for k, v in alloc.items() if v)
+    eng = "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in d["exact_engines_s"].items())
+    fwd = d.get("forward_engines_s") or {"dgl_rsc": d.get("forward_s", 0.0)}
+    fwd_s = "; ".join(f"{k} {v * 1e3:.1f} ms" for k, v in fwd.items())
     out = [
         f"Graph {g['nodes']} x {g['nodes']}, {g['nnz']} non-zeros, d = {g['dim']}, "
-        f"{g['index_dtype']} indices; {where}, "
-        f"torch {m['torch']}, {m['date']}.",
-        f"Exact A^T@dY: {eng}. Forward A@X: {d['forward_s'] * 1e3:.1f} ms.",
-        f"Command: `python {d['command']}`",
+        f"{d.get('threads', '?')} thread(s); {_where(m)}, torch {m['torch']}, {m['date']}. "
+        f"Command: {_cmd(d)}",
         "",
-        "| rule | budget | rows kept | nnz kept | score+select ms | slice ms | product ms "
-        "| product x | refresh/10 of exact | step x, cache 1 | step x, cache 10 | rel. error |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"Exact `A^T @ dY`: {eng}. Forward `A @ X`: {fwd_s}.",
+        "",
+        "| budget | nnz kept | score+select ms | slice ms | product ms | product x (fastest exact) "
+        "| product x (DGL) | target (1/b)/2 | step x, cache 10 | rel. error |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in d["rows"]:
+        vs = r.get("product_speedup_vs_dgl")
         out.append(
-            f"| {r['rule']} | {r['budget']} | {r['k']} | {100 * r['nnz_fraction']:.1f}% "
-            f"| {r['select_s'] * 1e3:.1f} | {r['slice_s'] * 1e3:.1f} | {r['product_s'] * 1e3:.1f} "
-            f"| {r['product_speedup']:.2f} | {100 * r['amortized_refresh_10_over_exact']:.1f}% "
-            f"| {r['step_speedup_cache1']:.2f} | {r['step_speedup_cache10']:.2f} "
-            f"| {r['rel_error']:.3f} |"
+            f"| {r['budget']} | {100 * r['nnz_fraction']:.1f}% | {r['select_s'] * 1e3:.1f} "
+            f"| {r['slice_s'] * 1e3:.1f} | {r['product_s'] * 1e3:.2f} "
+            f"| {r['product_speedup']:.2f} | {'-' if vs is None else f'{vs:.2f}'} "
+            f"| {r.get('target_vs_dgl', 0.5 / r['budget']):.2f} "
+            f"| {r['step_speedup_cache10']:.2f} | {r['rel_error']:.3f} |"
         )
     return "\n".join(out)
 
 
-def e2e(name: str) -> str:
-    d = json.loads((RESULTS / name).read_text())
-    m = d["machine"]
-    out = [
-        f"{m.get('gpu', m['host_cpu'])}, torch {m['torch']}, {m['date']}; "
-        f"{d.get('graph', {}).get('nodes', '?')} nodes, {d.get('graph', {}).get('edges', '?')} "
-        f"edges; {d.get('epochs', '?')} epochs. Command: `python {d['command']}`",
-        "",
-        "| model | amp | exact ms/epoch | RSC ms/epoch | RSC ms/epoch, approx phase "
-        "| speedup, approx phase | speedup, whole run | exact test acc | RSC test acc |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in d["rows"]:
-        if "speedup_all" in r:
-            out.append(
-                f"| {r['model']} | {r['amp']} | {r['exact_epoch_s_all'] * 1e3:.1f} "
-                f"| {r['rsc_epoch_s_all'] * 1e3:.1f} | {r['rsc_epoch_s_approx_phase'] * 1e3:.1f} "
-                f"| {r['speedup_approx_phase']:.2f} | {r['speedup_all']:.2f} "
-                f"| {100 * r['exact_test']:.2f} | {100 * r['rsc_test']:.2f} |"
-            )
-    for r in d["rows"]:
-        if "pyg_adj_t_epoch_s" in r:
-            pyg = r["pyg_adj_t_epoch_s"]
-            ei = r.get("pyg_edge_index_epoch_s")
-            out.append(
-                f"\nPyG {r['model']}: adj_t (torch.sparse) {pyg * 1e3:.1f} ms/epoch, edge_index "
-                f"{'out of memory' if ei is None else f'{ei * 1e3:.1f} ms'}; ours exact "
-                f"{r['exact_epoch_s'] * 1e3:.1f} ms/epoch."
-            )
-    return "\n".join(out)
+E2E_ENGINES = ("stock", "patch-exact", "patch-rsc", "dgl-exact", "dgl-rsc", "native-exact",
+               "native-rsc")  # fmt: skip
 
 
-def rules(name: str) -> str:
-    d = json.loads((RESULTS / name).read_text())
+def e2e_cpu(name: str) -> str:
+    """tools/bench_cpu_e2e.py"""
+    d = _load(name)
     m = d["machine"]
     out = [
-        f"{m['host_cpu']} ({m['cpus']} cores), {m['date']}. Command: `python {d['command']}`",
+        f"{_where(m)}, torch {m['torch']}, {m['date']}; exact CPU engine `{d.get('cpu_engine')}`. "
+        f"Command: {_cmd(d)}. Mean epoch ms over the timed "
+        "epochs (RSC: its approximate phase) and the ratio to stock DGL in the same process.",
         "",
+        "| graph | model | threads | " + " | ".join(E2E_ENGINES) + " |",
+        "|---|---|---|" + "---|" * len(E2E_ENGINES),
     ]
-    for g, r in d["graphs"].items():
-        e = ", ".join(f"{k} {v:.3f}" for k, v in r["grad_rel_error"].items())
-        a = ", ".join(f"{k} {100 * v:.2f}" for k, v in r["test_metric"].items())
-        out.append(f"- {g}: gradient rel. error {e}; test metric {a}")
+    for c in d["cases"]:
+        cells = []
+        for e in E2E_ENGINES:
+            ms = c["epoch_ms"].get(e)
+            x = (c.get("vs_stock") or {}).get(e)
+            cells.append("-" if ms is None else f"{ms:.1f} ({x:.2f}x)" if x else f"{ms:.1f}")
+        out.append(f"| {c['graph']} | {c['model']} | {c['threads']} | " + " | ".join(cells) + " |")
+    prof = [c for c in d["cases"] if c.get("profile_ms")]
+    if prof:
+        cats = list(next(iter(prof[0]["profile_ms"].values())))
+        out += ["", "Profile of one epoch (self CPU ms by category):", "",
+                "| graph | model | threads | engine | " + " | ".join(cats) + " |",
+                "|---|---|---|---|" + "---|" * len(cats)]  # fmt: skip
+        for c in prof:
+            for e in ("stock", "native-exact", "native-rsc", "patch-rsc"):
+                p = c["profile_ms"].get(e)
+                if p:
+                    out.append(f"| {c['graph']} | {c['model']} | {c['threads']} | {e} | "
+                               + " | ".join(f"{p[k]:.1f}" for k in cats) + " |")  # fmt: skip
     return "\n".join(out)
 
 
 def launcher(name: str) -> str:
-    d = json.loads((RESULTS / name).read_text())
+    """a launcher run, kept by ``collect``"""
+    d = _load(name)
     env = d["environment"]
     return (
         f"{env['device_name']} ({env['cpu_count']} cores, {env['torch_threads']} torch threads), "
         f"torch {env['torch']}, {env['date']}. Command: `{d['command']}`\n\n```\n{d['table']}\n```"
     )
+
+
+def parity(name: str) -> str:
+    """tools/accuracy_parity.py"""
+    d = _load(name)
+    m = d["machine"]
+    out = [
+        f"{_where(m)}, {m['date']}. Command: {_cmd(d)}",
+        "",
+        "| config | budget | seeds | exact | RSC | RSC - exact | loss jump at switch, RSC "
+        "(exact) | backward nnz visited | epoch ms exact / RSC |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d["rows"]:
+        out.append(
+            f"| {Path(r['config']).name} | {r['budget']} | {len(r['seeds'])} "
+            f"| {r['exact_mean']:.2f} ± {r['exact_std']:.2f} | {r['rsc_mean']:.2f} ± "
+            f"{r['rsc_std']:.2f} | {r['delta']:+.2f} | {r['loss_jump_rsc']:.2f} "
+            f"({r['loss_jump_exact']:.2f}) | {100 * r['nnz_fraction']:.1f}% "
+            f"| {r['epoch_ms_exact']:.0f} / {r['epoch_ms_rsc']:.0f} |"
+        )
+    return "\n".join(out)
+
+
+def fidelity(name: str) -> str:
+    """tools/fidelity.py"""
+    d = _load(name)
+    m = d["machine"]
+    mean = statistics.mean
+    out = [
+        f"{d['nodes']} nodes, {d['nnz']} non-zeros of Â; {_where(m)}, {m['date']}. Command: "
+        f"{_cmd(d)}. Mean over seeds; error "
+        "`||Ĝ - G|| / ||G||`, random / coherent dY.",
+        "",
+        "Selection at equal work (no scale):",
+        "",
+        "| budget | variant | error | work / nnz |",
+        "|---|---|---|---|",
+    ]
+    sel = d["selection"]
+    for b in sorted({r["budget"] for r in sel}):
+        for v in dict.fromkeys(r["variant"] for r in sel):
+            rows = [r for r in sel if r["variant"] == v and r["budget"] == b]
+            e = [mean(r["error"] for r in rows if r["dy"] == k) for k in ("random", "coherent")]
+            out.append(f"| {b} | {v} | {e[0]:.3f} / {e[1]:.3f} | "
+                       f"{mean(r['work_fraction'] for r in rows):.3f} |")  # fmt: skip
+    out += ["", "Scale of the sampled product (cost rule, diagonal sampled: the defaults):", "",
+            "| budget | scale | factor | error | norm ratio |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    sc = [r for r in d["scale"] if r["rule"] == "cost" and r["diagonal"] == "sample"]
+    for b in sorted({r["budget"] for r in sc}):
+        for s in dict.fromkeys(r["scale"] for r in sc):
+            rows = [r for r in sc if r["scale"] == s and r["budget"] == b]
+            cell = {k: [r for r in rows if r["dy"] == k] for k in ("random", "coherent")}
+            f, e, n = (" / ".join(f"{mean(r[key] for r in cell[k]):.3f}" for k in cell)
+                       for key in ("factor", "error", "norm_ratio"))  # fmt: skip
+            out.append(f"| {b} | {s} | {f} | {e} | {n} |")
+    return "\n".join(out)
+
+
+def grad_ratio(name: str) -> str:
+    """tools/grad_ratio.py"""
+    d = _load(name)
+    out = [
+        f"Command: {_cmd(d)} ({d['machine']['date']}). "
+        "Per layer, mean over the approximate phase: ||sampled|| / ||exact|| and the relative "
+        "error of the backward product; the training loss before and after the switch.",
+        "",
+        "| rescale | per layer: norm ratio, error | loss before / after switch |",
+        "|---|---|---|",
+    ]
+    for r in d["runs"]:
+        layers = "; ".join(f"L{i}: {v['norm_ratio']:.2f}, {v['error']:.2f}"
+                           for i, v in r["layers"].items())  # fmt: skip
+        out.append(f"| {r['rescale']} | {layers} | {r['loss_before_switch']:.4f} / "
+                   f"{r['loss_after_switch']:.4f} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def _bits(b: dict) -> str:
+    if not b:
+        return "-"
+    parts = []
+    for side in ("forward", "backward"):
+        h = b[side]["histogram"]
+        total = sum(h.values()) or 1
+        hist = ", ".join(f"{k}b {100 * v / total:.0f}%" for k, v in h.items())
+        err = b[side]["error"]
+        parts.append(f"{side[:3]} {hist or '-'}" + ("" if err is None else f" (err {err:.3f})"))
+    return "; ".join(parts)
+
+
+def dist(name: str) -> str:
+    """tools/dist_sweep.py"""
+    d = _load(name)
+    m = d["machine"]
+    out = [
+        f"{_where(m)}, {m['date']}, gloo over loopback. Command: "
+        f"{_cmd(d)}. Bytes per epoch summed over ranks "
+        "(RSC: its approximate phase); metric mean ± std over seeds.",
+        "",
+        "| config | P | partition | bits | method | test | epoch ms | fwd halo MB | bwd halo MB "
+        "| all-reduce MB | bit widths (codec error) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in d["rows"]:
+        for meth in ("exact", "rsc"):
+            x = r[meth]
+            if not x:
+                continue
+            out.append(
+                f"| {Path(r['config']).name} | {r['nproc']} | {r['method'] or '-'} "
+                f"| {r['bits'] or '-'} | {meth} | {x['test_mean']:.2f} ± {x['test_std']:.2f} "
+                f"| {x['epoch_ms']:.0f} | {_mb(x.get('forward_halo_bytes'))} "
+                f"| {_mb(x.get('backward_halo_bytes'))} | {_mb(x.get('allreduce_bytes'))} "
+                f"| {_bits(x.get('bits'))} |"
+            )
+    return "\n".join(out)
+
+
+def dist_timings(name: str) -> str:
+    """tools/dist_sweep.py: the exchange's per-phase ms per epoch (mean over ranks)"""
+    d = _load(name)
+    rows = [(r, m) for r in d["rows"] for m in ("exact", "rsc") if r[m].get("timings_ms")]
+    if not rows:
+        return ""
+    phases = list(rows[0][0][rows[0][1]]["timings_ms"])
+    out = ["| config | P | bits | run | method | epoch ms | " + " | ".join(phases) + " |",
+           "|---|---|---|---|---|---|" + "---|" * len(phases)]  # fmt: skip
+    for r, m in rows:
+        t = r[m]["timings_ms"]
+        out.append(f"| {Path(r['config']).name} | {r['nproc']} | {r['bits']} "
+                   f"| {r.get('label') or 'overlap on'} | {m} "
+                   f"| {r[m]['epoch_ms']:.0f} | " + " | ".join(f"{t[p]:.1f}" for p in phases)
+                   + " |")  # fmt: skip
+    return "\n".join(out)
+
+
+def profile(names: list) -> str:
+    """tools/profile_run.py, several files in one table"""
+    out = ["| config | threads | method | epoch ms | sparse share | sparse | dense | elementwise "
+           "| selection | other | cache hits / misses |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        if not (RESULTS / name).exists():
+            continue
+        d = _load(name)
+        for meth, r in d["methods"].items():
+            p = r["profile_ms"]
+            hits = (
+                "-" if r.get("cache_hits") is None else f"{r['cache_hits']} / {r['cache_misses']}"
+            )
+            out.append(
+                f"| {Path(d['config']).name} | {d['threads']} | {meth} | {r['epoch_ms']:.1f} "
+                f"| {100 * r['sparse_share']:.0f}% | {p['sparse']:.1f} | {p['dense']:.1f} "
+                f"| {p['elementwise']:.1f} | {p['selection']:.1f} | {p['other']:.1f} | {hits} |"
+            )
+    return "\n".join(out)
+
+
+def comm_sim(name: str, kinds=("halo_exact", "halo_exact_cached", "halo_rsc_cached",
+                               "halo_rsc_cached_q8", "halo_rsc_cached_q2", "cagnet_1d",
+                               "cagnet_1.5d")) -> str:  # fmt: skip
+    """tools/comm_sim.py: max MB received per rank per epoch"""
+    d = _load(name)
+    out = [f"Command: `{d.get('command', '')}` ({d.get('date', '')}). Max MB received per "
+           "rank per epoch; METIS where it fits in memory, random otherwise.", ""]  # fmt: skip
+    res = d["results"]
+    for graph in dict.fromkeys(r["graph"] for r in res):
+        rows = [r for r in res if r["graph"] == graph]
+        parts = sorted({r["parts"] for r in rows})
+        out += [f"{graph} ({rows[0]['num_nodes']} nodes, {rows[0]['num_edges']} edges):", "",
+                "| method | kind | " + " | ".join(f"P={p}" for p in parts) + " |",
+                "|---|---|" + "---|" * len(parts)]  # fmt: skip
+        for method in dict.fromkeys(r["method"] for r in rows):
+            for kind in kinds:
+                by_p = {r["parts"]: r["bytes"].get(kind) for r in rows if r["method"] == method}
+                if not any(by_p.values()):
+                    continue
+                cells = [_mb(by_p[p]["max"]) if by_p.get(p) else "-" for p in parts]
+                out.append(f"| {method} | {kind} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def collect(run_dir: str, name: str, command: str) -> None:
@@ -107,41 +303,44 @@ def collect(run_dir: str, name: str, command: str) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(keep, indent=2) + "\n")
 
 
+SECTIONS = [
+    ("CPU single operation: quickstart graph, 2 threads", spmm, "spmm_cpu_quickstart_t2.json"),
+    ("CPU single operation: quickstart graph, 1 thread", spmm, "spmm_cpu_quickstart_t1.json"),
+    ("CPU single operation: 200k graph, 2 threads", spmm, "spmm_cpu_g200k_t2.json"),
+    ("CPU single operation: 200k graph, 1 thread", spmm, "spmm_cpu_g200k_t1.json"),
+    ("CPU end to end against stock DGL", e2e_cpu, "e2e_cpu.json"),
+    ("Launcher: quickstart", launcher, "launcher_quickstart.json"),
+    ("Launcher: synthetic 200k", launcher, "launcher_synthetic_200k.json"),
+    ("Estimator fidelity, 2k nodes", fidelity, "fidelity_2k.json"),
+    ("Estimator fidelity, 20k nodes", fidelity, "fidelity.json"),
+    ("Gradient norm ratio over training (Cora)", grad_ratio, "grad_ratio_cora.json"),
+    ("Accuracy parity: Cora, CiteSeer", parity, "parity_cora_citeseer.json"),
+    ("Accuracy parity: tolokers", parity, "parity_tolokers.json"),
+    ("Distributed: Cora and CiteSeer, 4 partitions", dist, "dist_small.json"),
+    ("Distributed: tolokers, 4 partitions", dist, "dist_tolokers.json"),
+    ("Distributed: bytes on the 200k graph", dist, "dist_200k_bytes.json"),
+    ("Distributed: quantized messages on the 200k graph", dist, "dist_200k_quant.json"),
+    ("Distributed: overlap on the 200k graph", dist_timings, "dist_200k_overlap.json"),
+    ("Communication volume at scale (simulated)", comm_sim, "comm_sim.json"),
+    ("Mini-batch accuracy: Cora, CiteSeer", parity, "minibatch_small.json"),
+    ("Mini-batch accuracy: tolokers", parity, "minibatch_tolokers.json"),
+    ("Mini-batch accuracy: 200k graph", parity, "minibatch_200k.json"),
+    ("Mini-batch accuracy: Cora, fixed Cluster-GCN batches", parity, "minibatch_fixed.json"),
+]
+PROFILES = [f"profile_{g}_{s}.json" for g in ("cora", "tolokers", "synthetic_200k")
+            for s in ("cluster", "saint")]  # fmt: skip
+
+
 def main():
     if len(sys.argv) == 5 and sys.argv[1] == "collect":
         collect(*sys.argv[2:])
         return
     parts = []
-    for title, fn, name in [
-        ("CPU, single operation", spmm, "spmm_cpu.json"),
-        ("CPU, single operation, default allocator", spmm, "spmm_cpu_default_malloc.json"),
-        ("H100, single operation, Reddit scale", spmm, "spmm_reddit.json"),
-        ("H100, single operation, ogbn-products scale", spmm, "spmm_products.json"),
-        ("H100, end to end, Reddit scale", e2e, "e2e_reddit.json"),
-        ("H100, end to end, ogbn-products scale", e2e, "e2e_products.json"),
-        ("Selection rules on real graphs (CPU)", rules, "rules.json"),
-        ("Launcher, quickstart (CPU)", launcher, "launcher_quickstart.json"),
-        (
-            "Launcher, quickstart, rescale false (CPU)",
-            launcher,
-            "launcher_quickstart_norescale.json",
-        ),
-        ("Launcher, Cora, 10 seeds (CPU)", launcher, "launcher_cora.json"),
-        ("Launcher, CiteSeer, 10 seeds (CPU)", launcher, "launcher_citeseer.json"),
-        ("Launcher, synthetic 200k, 150 epochs (CPU)", launcher, "launcher_synthetic_200k.json"),
-        (
-            "Launcher, synthetic 200k, 150 epochs, rescale false (CPU)",
-            launcher,
-            "launcher_synthetic_200k_norescale.json",
-        ),
-        (
-            "Launcher, synthetic 200k, 60 epochs, rescale false (CPU)",
-            launcher,
-            "launcher_synthetic_200k_60ep.json",
-        ),
-    ]:
+    for title, fn, name in SECTIONS:
         if (RESULTS / name).exists():
             parts.append(f"### {title}\n\n{fn(name)}")
+    if any((RESULTS / p).exists() for p in PROFILES):
+        parts.append(f"### Mini-batch epoch profile\n\n{profile(PROFILES)}")
     sys.stdout.write("\n\n".join(parts) + "\n")
 
 
