@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 
 import torch
@@ -85,9 +84,8 @@ def machine(device) -> dict:
 
 
 def write_json(path, data):
-    """Atomic write: a temp file in the same directory, then rename."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2)
-    os.replace(tmp, path)
+    """Atomic write (the launcher's: a temp file beside ``path``, then a rename); the file's
+    permissions follow the umask."""
+    from dgl_rsc.launcher.checkpoint import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
