@@ -1,9 +1,13 @@
-"""The docstring examples of every package module run (modules whose optional dependency is
-missing here are skipped with the reason)."""
+"""The docstring examples of every package module run. Modules that import Numba's CUDA
+target run in a subprocess under Numba's CUDA simulator; a module whose optional dependency is
+missing is skipped with the reason."""
 
 import doctest
 import importlib
+import os
 import pkgutil
+import subprocess
+import sys
 
 import pytest
 
@@ -11,9 +15,13 @@ import dgl_rsc
 
 OPTIONAL = {  # modules that import an optional dependency at import time
     "dgl_rsc.backends.cupy_backend": "cupy with a CUDA device",
-    "dgl_rsc.backends.numba_backend": "numba's CUDA target (a GPU or the simulator)",
-    "dgl_rsc.distributed.quant_numba": "numba's CUDA target (a GPU or the simulator)",
 }
+SIMULATED = ("dgl_rsc.backends.numba_backend", "dgl_rsc.distributed.quant_numba")
+_RUN = (
+    "import doctest, importlib, sys; "
+    "r = doctest.testmod(importlib.import_module(sys.argv[1]), optionflags=doctest.ELLIPSIS); "
+    "print(r.failed, r.attempted); sys.exit(1 if r.failed else 0)"
+)
 
 
 def modules():
@@ -25,6 +33,12 @@ def modules():
 
 @pytest.mark.parametrize("name", modules())
 def test_docstring_examples_run(name):
+    if name in SIMULATED:  # the simulator must be on before Numba is imported: a new process
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        done = subprocess.run([sys.executable, "-c", _RUN, name], env=env, capture_output=True,
+                              text=True, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return
     try:
         module = importlib.import_module(name)
     except ImportError as exc:

@@ -198,8 +198,21 @@ def _bits(b: dict) -> str:
         total = sum(h.values()) or 1
         hist = ", ".join(f"{k}b {100 * v / total:.0f}%" for k, v in h.items())
         err = b[side]["error"]
-        parts.append(f"{side[:3]} {hist or '-'}" + ("" if err is None else f" (err {err:.3f})"))
+        parts.append(
+            f"{side[:3].replace('bac', 'bwd').replace('for', 'fwd')} {hist or '-'}"
+            + ("" if err is None else f" (err {err:.3f})")
+        )
     return "; ".join(parts)
+
+
+def _size(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x / 1e6:.1f} MB" if x >= 1e6 else f"{x / 1e3:.1f} kB"
+
+
+def _halo(x: dict) -> float:
+    return (x.get("forward_halo_bytes") or 0) + (x.get("backward_halo_bytes") or 0)
 
 
 def dist(name: str) -> str:
@@ -208,24 +221,32 @@ def dist(name: str) -> str:
     m = d["machine"]
     out = [
         f"{_where(m)}, {m['date']}, gloo over loopback. Command: "
-        f"{_cmd(d)}. Bytes per epoch summed over ranks "
-        "(RSC: its approximate phase); metric mean ± std over seeds.",
+        f"{_cmd(d)}. Bytes per epoch summed over ranks (RSC: its approximate phase); "
+        "metric mean ± std over seeds. Last column: forward + backward halo bytes over those of "
+        "the fp32 exact exchange of the same partition.",
         "",
-        "| config | P | partition | bits | method | test | epoch ms | fwd halo MB | bwd halo MB "
-        "| all-reduce MB | bit widths (codec error) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| config | P | partition | bits | budget | method | test | epoch ms | fwd halo "
+        "| bwd halo | all-reduce | halo vs fp32 exact | bit widths (codec error) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    base = {(r["config"], r["nproc"], r["method"], r["budget"], r.get("label", "")): r["exact"]
+            for r in d["rows"] if str(r["bits"]) == "32" and r["exact"]}  # fmt: skip
     for r in d["rows"]:
+        key = (r["config"], r["nproc"], r["method"], r["budget"])
+        ref = base.get((*key, r.get("label", ""))) or base.get((*key, ""))
         for meth in ("exact", "rsc"):
             x = r[meth]
             if not x:
                 continue
+            ratio = f"{_halo(x) / _halo(ref):.2f}" if ref and _halo(ref) else "-"
             out.append(
                 f"| {Path(r['config']).name} | {r['nproc']} | {r['method'] or '-'} "
-                f"| {r['bits'] or '-'} | {meth} | {x['test_mean']:.2f} ± {x['test_std']:.2f} "
-                f"| {x['epoch_ms']:.0f} | {_mb(x.get('forward_halo_bytes'))} "
-                f"| {_mb(x.get('backward_halo_bytes'))} | {_mb(x.get('allreduce_bytes'))} "
-                f"| {_bits(x.get('bits'))} |"
+                f"| {r['bits'] or '-'}{f' ({lab})' if (lab := r.get('label')) else ''} "
+                f"| {r['budget']} | {meth} "
+                f"| {x['test_mean']:.2f} ± {x['test_std']:.2f} "
+                f"| {x['epoch_ms']:.0f} | {_size(x.get('forward_halo_bytes'))} "
+                f"| {_size(x.get('backward_halo_bytes'))} | {_size(x.get('allreduce_bytes'))} "
+                f"| {ratio} | {_bits(x.get('bits'))} |"
             )
     return "\n".join(out)
 
