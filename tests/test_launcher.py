@@ -356,3 +356,17 @@ def test_threads_hold_for_the_run_and_are_restored(tmp_path, monkeypatch, capsys
     assert cli.main(["run", path, "--out", str(tmp_path / "b"), "--no-progress"]) == 0
     assert seen == [1, 2] and torch.get_num_threads() == 2
     capsys.readouterr()
+
+
+def test_rsc_alone_reports_without_a_baseline(tmp_path, capsys):
+    """``compare: false`` trains RSC alone: its approximate phase has no baseline to be compared
+    with, and the report says so instead of failing at the end of training."""
+    path = write_config(tmp_path, compare=False)
+    out = tmp_path / "run"
+    assert cli.main(["run", path, "--out", str(out), "--no-progress"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    s = res["summary"]["rsc"]
+    assert s["approx_epoch_s_mean"] is not None and "speedup_approx" not in s
+    line = next(ln for ln in res["table"].splitlines() if ln.startswith("rsc"))
+    assert line.split()[-3:-1] == ["-", "-"]  # speedup, approx
+    capsys.readouterr()
