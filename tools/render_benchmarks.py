@@ -344,6 +344,8 @@ SECTIONS = [
     ("Distributed: bytes on the 200k graph", dist, "dist_200k_bytes.json"),
     ("Distributed: quantized messages on the 200k graph", dist, "dist_200k_quant.json"),
     ("Distributed: overlap on the 200k graph", dist_timings, "dist_200k_overlap.json"),
+    ("Distributed: 200k nodes at 10 edges per node, 4 partitions", dist, "dist_200k_d10.json"),
+    ("Distributed: overlap at 10 edges per node", dist_timings, "dist_200k_d10.json"),
     ("Communication volume at scale (simulated)", comm_sim, "comm_sim.json"),
     ("Mini-batch accuracy: Cora, CiteSeer", parity, "minibatch_small.json"),
     ("Mini-batch accuracy: tolokers", parity, "minibatch_tolokers.json"),
