@@ -77,17 +77,21 @@ def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tenso
     return None if t is None else t.to(dtype).contiguous()
 
 
+def _output(pool: Optional[OutputPool], shape, X: torch.Tensor, tag=None):
+    """``(out, clean, pooled)``: the ``shape`` output of a product of ``X``, a buffer of
+    ``pool`` where the pool takes that shape (``clean``: see :meth:`OutputPool.take`), else a
+    fresh tensor."""
+    if pool is not None and OutputPool.enabled_for(shape, X.dtype, X.device):
+        out, clean = pool.take(shape, X.dtype, tag)
+        return out, clean, True
+    return torch.empty(shape, dtype=X.dtype), False, False
+
+
 def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[OutputPool],
               tag=None):  # fmt: skip
     from .cpu_spmm import spmm_rows
 
-    out_shape = (shape[0], X.shape[1])
-    pooled = pool is not None and OutputPool.enabled_for(out_shape, X.dtype, X.device)
-    clean = False
-    if pooled:
-        out, clean = pool.take(out_shape, X.dtype, tag)
-    else:
-        out = torch.empty(out_shape, dtype=X.dtype)
+    out, clean, pooled = _output(pool, (shape[0], X.shape[1]), X, tag)
     row = _cast(scales.row, X.dtype)
     # a clean buffer keeps its zero rows: only rows with entries are written (unless a
     # non-finite row scale would turn an empty row into NaN, as the full write does)
@@ -161,11 +165,7 @@ def _nonempty(A: CSR, X: torch.Tensor) -> bool:
 
 def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.Tensor:
     X = X.detach().contiguous()
-    out_shape = (A.shape[0], X.shape[1])
-    if OutputPool.enabled_for(out_shape, X.dtype, X.device):
-        out = pool.empty(out_shape, X.dtype)
-    else:
-        out = torch.empty(out_shape, dtype=X.dtype)
+    out = _output(pool, (A.shape[0], X.shape[1]), X)[0]
     vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
     return dgl_kernels.spmm(A._s, vals, X, scales, out)
 
