@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from .sampling.rules import RULES as _RULES
 
@@ -21,6 +21,9 @@ __all__ = [
 BACKENDS = ("auto", "torch", "cupy", "numba", "numba-cpu")
 RULES = tuple(_RULES)  # the names of the registered selection rules
 RESCALES = ("ls", "mass", "none")
+AUTO = "auto"
+#: under ``budget: auto``, the non-zero fraction of a layer before its first tune
+AUTO_START = 0.5
 DIAGONALS = ("sample", "exact")
 
 
@@ -44,7 +47,16 @@ class RSCConfig:
     Attributes:
         budget: fraction C in (0, 1] of the exact backward sparse work that the approximate
             backward may spend, summed over layers:
-            ``sum_l nnz(A[S_l]) d_l <= C sum_l nnz(A) d_l``.
+            ``sum_l nnz(A[S_l]) d_l <= C sum_l nnz(A) d_l``; or ``"auto"``: at each tune every
+            layer gets the smallest non-zero fraction whose estimated relative gradient error
+            (:mod:`dgl_rsc.sampling.error`) is at most ``target_error``.
+        target_error: the relative error ``||G - G~|| / ||G||`` of each layer's sampled
+            product that ``budget: auto`` aims for, in (0, 1).
+        guard: watch the approximate phase and act when it falls behind
+            (:mod:`dgl_rsc.guard`): a layer whose estimated error says the sample captures
+            almost nothing, or a training loss (passed to ``step(loss)``) rising against its
+            own recent past, raises the budget, and a second time switches to the exact
+            backward early. Every action is listed in ``stats()["guard"]``.
         cache_interval: uses of a matrix between re-samplings of its kept rows (>= 1); the
             sliced sparse structure is reused in between (full-graph training: steps).
         tune_interval: steps between re-allocations of the budget across layers (>= 1).
@@ -80,7 +92,9 @@ class RSCConfig:
             generator, seeded from ``seed`` and its index; saved in checkpoints).
     """
 
-    budget: float = 0.1
+    budget: Union[float, str] = 0.1
+    target_error: float = 0.3
+    guard: bool = True
     cache_interval: int = 10
     tune_interval: int = 10
     switch_at: float = 0.8
@@ -98,7 +112,9 @@ class RSCConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _check_number(self, "budget", float, lo=0.0, hi=1.0, lo_open=True)
+        if self.budget != AUTO:
+            _check_number(self, "budget", float, lo=0.0, hi=1.0, lo_open=True)
+        _check_number(self, "target_error", float, lo=0.0, hi=1.0, lo_open=True)
         _check_number(self, "cache_interval", int, lo=1)
         _check_number(self, "tune_interval", int, lo=1)
         _check_number(self, "switch_at", float, lo=0.0, hi=1.0)
@@ -115,10 +131,11 @@ class RSCConfig:
         _check_choice(self, "diagonal", DIAGONALS)
         _check_number(self, "probe_rows", int, lo=1)
         _check_number(self, "subgraph_cache", int, lo=0)
-        if not isinstance(self.check_finite, bool):
-            raise ConfigError(
-                f"RSCConfig.check_finite must be true or false, got {self.check_finite!r}."
-            )
+        for key in ("check_finite", "guard"):
+            if not isinstance(getattr(self, key), bool):
+                raise ConfigError(
+                    f"RSCConfig.{key} must be true or false, got {getattr(self, key)!r}."
+                )
         _check_choice(self, "backend", BACKENDS)
 
     @classmethod
@@ -152,6 +169,17 @@ class RSCConfig:
         return dataclasses.replace(self, **changes)
 
     @property
+    def auto(self) -> bool:
+        """The budget is chosen per layer from ``target_error`` (``budget: auto``)."""
+        return self.budget == AUTO
+
+    @property
+    def fraction(self) -> float:
+        """The fixed budget, or under ``budget: auto`` the fraction of non-zeros a layer
+        keeps until its first tune (:data:`AUTO_START`)."""
+        return AUTO_START if self.auto else float(self.budget)
+
+    @property
     def switch_step(self) -> Optional[int]:
         """First step whose backward is exact again, or ``None`` when it never switches."""
         if self.total_steps is None or self.switch_at >= 1.0:
@@ -162,7 +190,8 @@ class RSCConfig:
 def _check_number(cfg, key, kind, lo=None, hi=None, lo_open=False):
     value = getattr(cfg, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"RSCConfig.{key} must be a number, got {value!r}.")
+        also = " or 'auto'" if key == "budget" else ""
+        raise ConfigError(f"RSCConfig.{key} must be a number{also}, got {value!r}.")
     rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}]"
     # NaN fails every comparison; an int is exact at any size, but float() of it may overflow
     too_big = not (kind is int and isinstance(value, int)) and abs(value) > 1.7976931348623157e308

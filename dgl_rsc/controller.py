@@ -17,8 +17,10 @@ import warnings
 from typing import Optional
 
 from .config import RSCConfig
+from .guard import Guard
 from .layer_state import LayerState
 from .sampling import get_rule, selection_key
+from .sampling.error import fraction_for_error
 from .slot import LayerSlot, StepInfo
 from .solver import LayerProblem, allocate
 from .structure_cache import StructureCache
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 #: More approximated products than this in one step almost surely means that
 #: ``step()`` is never called; the controller then raises instead of growing forever.
 MAX_PRODUCTS_PER_STEP = 1024
+#: tune records kept for ``stats()["budgets"]`` (the most recent)
+MAX_LOG = 1000
 
 
 class RSCController:
@@ -63,6 +67,10 @@ class RSCController:
         self._seen_products = False
         self._empty_steps = 0
         self._warned_steps = False
+        self.guard = Guard(config.tune_interval) if config.guard else None
+        self.boost = 1.0  # the guard's multiplier of a fixed budget
+        self.target_error = config.target_error  # budget: auto's target (the guard lowers it)
+        self.budget_log: list[dict] = []  # one entry per tune: budgets and estimated errors
 
     # -- product identity ---------------------------------------------------------------------
     def layer(self, index: int) -> LayerState:
@@ -75,7 +83,16 @@ class RSCController:
     def step_info(self, index: int) -> StepInfo:
         """The immutable step record of product ``index`` for the current step."""
         return StepInfo(self.phase(), self.alloc_version, self.allocation.get(index),
-                        self.config)  # fmt: skip
+                        self.config, self._probe_due())  # fmt: skip
+
+    def _probe_due(self) -> bool:
+        """This step's products estimate their error curves: a tune follows the step, and
+        the budget is automatic or guarded."""
+        cfg = self.config
+        if not (cfg.auto or cfg.guard) or self.phase() == "exact":
+            return False
+        since = self.step_count + 1 - cfg.warmup_steps
+        return since >= 0 and since % cfg.tune_interval == 0
 
     def slot(self, index: int) -> LayerSlot:
         """Product ``index`` bound to the current step (what ``spmm(..., rsc=...)`` takes)."""
@@ -100,15 +117,23 @@ class RSCController:
         switch = self.config.switch_step
         if switch is not None and self.step_count >= switch:
             return "exact"
+        if self.guard is not None and self.guard.exact_from is not None:
+            return "exact"
         if self.step_count < self.config.warmup_steps:
             return "warmup"
         return "approx"
 
-    def step(self) -> None:
+    def step(self, loss: Optional[float] = None) -> None:
         """Advance one optimizer step; re-solve the budget allocation when it is due.
+
+        Args:
+            loss: this step's training loss (a float or a 0-dim tensor), for the guard's
+                loss signal; optional.
 
         Warns (once) when steps outnumber the training products, e.g. ``step()`` called
         several times per optimizer step, which would bring the switch to exact early."""
+        if loss is not None and self.guard is not None and self.phase() == "approx":
+            self.guard.observe(float(loss))
         if self._seen_products and self._bound == 0:
             self._empty_steps += 1
             if self._empty_steps >= 2 and not self._warned_steps:
@@ -127,10 +152,81 @@ class RSCController:
             self.solve()
 
     def solve(self) -> None:
-        """Re-allocate the budget across products from their running-average scores."""
+        """Re-allocate the budget across products: from their error curves under
+        ``budget: auto``, else from their running-average scores under the fixed budget; then
+        let the guard look at the result (it may raise the budget and solve again, or switch
+        to exact)."""
         ready = [s for s in self.layers if s.ema is not None and s.stats.width > 0]
         if not ready:
             return
+        if self.config.auto:
+            self._solve_auto(ready)
+        else:
+            self._solve_fixed(ready)
+        self._log_and_guard(ready)
+
+    def _solve_auto(self, ready: list) -> None:
+        """Each layer: the smallest fraction whose estimated error is under the target (the
+        configured start fraction while a layer has no curve); ranks agree on the largest."""
+        fr = [self.config.fraction if s.curve is None else
+              fraction_for_error(s.curve, self.target_error) for s in ready]  # fmt: skip
+        fr = self._agree_max(fr)
+        self.allocation = {
+            s.index: (int(round(f * float(s.row_nnz.sum()))), s.generation)
+            for s, f in zip(ready, fr)
+        }  # fmt: skip
+        self.alloc_version += 1
+        self.last_allocation = None
+
+    def _agree_max(self, values: list) -> list:
+        """The element-wise maximum over the processes that share this run (one here)."""
+        return values
+
+    def _log_and_guard(self, ready: list) -> None:
+        """Record the tune's budgets and estimated errors; apply the guard's decision."""
+        fracs, errors = [], []
+        for s in ready:
+            total = float(s.row_nnz.sum())
+            alloc = self.allocation.get(s.index)
+            f = 1.0 if alloc is None or total <= 0 else min(alloc[0] / total, 1.0)
+            fracs.append(round(f, 4))
+            errors.append(None if s.curve is None else round(s.curve.at(f), 4))
+        errors = self._agree_max([-1.0 if e is None else e for e in errors])
+        errors = [None if e < 0 else e for e in errors]
+        entry = {"step": self.step_count, "fractions": fracs, "errors": errors}
+        entry["target_error" if self.config.auto else "budget"] = (
+            self.target_error if self.config.auto else min(self.config.fraction * self.boost, 1)
+        )
+        self.budget_log.append(entry)
+        del self.budget_log[:-MAX_LOG]
+        if self.guard is None:
+            return
+        if self.config.auto:
+            can_raise = self.target_error > 0.02
+        else:
+            can_raise = self.config.fraction * self.boost < 1.0
+        action = self.guard.decide(self.step_count, errors, can_raise)
+        if action == "raise":
+            if self.config.auto:
+                self.target_error /= 2
+            else:
+                self.boost *= 2
+            log.info("step %d: the guard raised the budget (%s)", self.step_count,
+                     self.guard.actions[-1]["detail"])  # fmt: skip
+            self._solve_again(ready)
+        elif action == "exact":
+            log.info("step %d: the guard switched to the exact backward (%s)", self.step_count,
+                     self.guard.actions[-1]["detail"])  # fmt: skip
+
+    def _solve_again(self, ready: list) -> None:
+        """Solve once more after the guard raised the budget (no second guard check)."""
+        if self.config.auto:
+            self._solve_auto(ready)
+        else:
+            self._solve_fixed(ready)
+
+    def _solve_fixed(self, ready: list) -> None:
+        """The greedy allocation of the fixed budget (times the guard's boost)."""
         cfg = self.config
         rule = get_rule(cfg.rule)
         problems = [
@@ -140,7 +236,8 @@ class RSCController:
         ]  # fmt: skip
         exact_work = sum((float(s.row_nnz.sum()) + s.fixed_nnz) * s.stats.width for s in ready)
         fixed_work = sum(s.fixed_nnz * s.stats.width for s in ready)
-        alloc = allocate(problems, max(cfg.budget * exact_work - fixed_work, 0.0))
+        budget = min(cfg.fraction * self.boost, 1.0)
+        alloc = allocate(problems, max(budget * exact_work - fixed_work, 0.0))
         self.allocation = {s.index: (nnz, s.generation) for s, nnz in zip(ready, alloc.nnz)}
         self.alloc_version += 1
         self.last_allocation = alloc
@@ -176,6 +273,8 @@ class RSCController:
             "cache_hits": sum(x["cache_hits"] for x in layers),
             "cache_misses": sum(x["cache_misses"] for x in layers),
             "subgraph_hits": sum(s.subgraph_hits for s in self.layers),
+            "budgets": list(self.budget_log),
+            "guard": [] if self.guard is None else list(self.guard.actions),
         }
 
     def state_dict(self) -> dict:
@@ -185,6 +284,10 @@ class RSCController:
             "alloc_version": self.alloc_version,
             "layers": [s.export() for s in self.layers],
             "allocation": [[i, int(n), int(g)] for i, (n, g) in self.allocation.items()],
+            "boost": self.boost,
+            "target_error": self.target_error,
+            "budget_log": list(self.budget_log),
+            "guard": None if self.guard is None else self.guard.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -195,6 +298,11 @@ class RSCController:
         for i, d in enumerate(state["layers"]):
             self.layer(i).restore(d)
         self.allocation = {int(i): (int(n), int(g)) for i, n, g in state.get("allocation", [])}
+        self.boost = float(state.get("boost", 1.0))
+        self.target_error = float(state.get("target_error", self.config.target_error))
+        self.budget_log = list(state.get("budget_log", []))
+        if self.guard is not None and state.get("guard") is not None:
+            self.guard.load_state_dict(state["guard"])
         self._calls = self._bound = 0
 
     def __repr__(self) -> str:

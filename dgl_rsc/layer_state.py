@@ -15,13 +15,23 @@ import torch
 
 from .csr import CSR
 from .products import Scales
-from .sampling import Sample, draw_sample
+from .sampling import Sample, draw_sample, row_norms, selection_key
+from .sampling.error import ErrorCurve, error_curve
 from .stats import LayerStats, Timer
 
 if TYPE_CHECKING:
     from .slot import StepInfo
 
 __all__ = ["LayerState"]
+
+
+def _checksum(t: Optional[torch.Tensor]):
+    """A value checksum of a CPU vector (``None`` for none): its length, its sum and the sum
+    of every 7th entry, in float64."""
+    if t is None:
+        return None
+    d = t.detach().reshape(-1)
+    return (d.numel(), float(d.sum(dtype=torch.float64)), float(d[::7].sum(dtype=torch.float64)))
 
 
 class LayerState:
@@ -65,6 +75,9 @@ class LayerState:
         self._gen: Optional[torch.Generator] = None
         self._gen_state: Optional[torch.Tensor] = None
         self.stats = LayerStats()
+        self.curve: Optional[ErrorCurve] = None  # the last estimated error curve
+        self._norms: Optional[tuple] = None  # (key, (M,) row norms) of the last matrix
+        self.probes = 0  # error curves estimated so far
 
     # -- the matrix at hand --------------------------------------------------------------------
     def switch_to(self, A: CSR) -> None:
@@ -121,16 +134,47 @@ class LayerState:
         if alloc is not None and alloc[1] == self.generation and self.ema_token == A.token:
             budget = alloc[0] + self.fixed_nnz
         else:
-            budget = int(cfg.budget * A.nnz)
+            budget = int(cfg.fraction * A.nnz)
         timer = Timer(dY.device)
-        sample = draw_sample(
-            A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.rescale, scales, cfg.diagonal
-        )
+        norms = self.norms(A, scales, cfg.diagonal == "exact" and A.diagonal() is not None)
+        sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.rescale, scales,
+                             cfg.diagonal, norms)  # fmt: skip
         self.stats.refreshed(timer.stop(), sample.k)
         self.record(A, sample.scores, cfg)
         sample.token, sample.alloc_version = A.token, step.alloc_version
         self._sample = sample
         return sample
+
+    def probe_error(self, A: CSR, dY: torch.Tensor, scales: Scales, backend, cfg) -> None:
+        """Estimate the error of the sampled product at every budget for this ``dY (M, D)``
+        (:func:`~dgl_rsc.sampling.error.error_curve`, ``cfg.probe_rows`` output rows), for the
+        controller's next tune."""
+        timer = Timer(dY.device)
+        diag = A.diagonal() if cfg.diagonal == "exact" else None
+        row_nnz = A.row_nnz() if diag is None else A.row_nnz() - diag[1]
+        scores = backend.row_scores(self.norms(A, scales, diag is not None), dY)
+        key = selection_key(scores, row_nnz, cfg.rule)
+        # probe columns from a generator of their own, seeded by the probe's number: the
+        # scale's draws stay as they were, and a resumed run draws the same columns
+        gen = torch.Generator(device=dY.device).manual_seed(
+            (self.seed * 1_000_003 + self.index) * 7_919 + self.probes
+        )
+        self.probes += 1
+        self.curve = error_curve(A, dY, scales, key, row_nnz, cfg.probe_rows, gen,
+                                 cfg.rescale)  # fmt: skip
+        self.stats.timed(timer.stop())
+
+    def norms(self, A: CSR, scales: Scales, skip_diagonal: bool) -> torch.Tensor:
+        """``(M,)`` :func:`~dgl_rsc.sampling.row_norms` of ``A`` under ``scales``, computed
+        once per matrix and scales (a layer rebuilds its degree scales every forward with the
+        same values: on the CPU they are recognized by a checksum of their values)."""
+        if A.device.type != "cpu":
+            return row_norms(A, scales, skip_diagonal)
+        key = (A.token, skip_diagonal, bool(scales.row_divide),
+               *(_checksum(t) for t in (scales.row, scales.col, scales.hint_col)))  # fmt: skip
+        if self._norms is None or self._norms[0] != key:
+            self._norms = (key, row_norms(A, scales, skip_diagonal))
+        return self._norms[1]
 
     # -- running scores ---------------------------------------------------------------------
     def record(self, A: CSR, scores: torch.Tensor, config) -> None:
@@ -187,6 +231,7 @@ class LayerState:
             "width": self.stats.width,
             "sample": None,
             "generator": None if self._gen is None else self._gen.get_state(),
+            "probes": self.probes,
         }
         if s is not None:
             t = s.t_slice
@@ -215,6 +260,7 @@ class LayerState:
         self.ema_token = None
         self._sample = None
         self._gen, self._gen_state = None, d.get("generator")
+        self.probes = int(d.get("probes", 0))
         sd = d.get("sample")
         if sd is not None:
             t = CSR(sd["indptr"], sd["indices"], sd["values"], tuple(sd["shape"]), check=False)

@@ -38,12 +38,14 @@ class StepInfo:
         allocation: ``(non-zeros, generation)`` the solver gave this product, solved from the
             scores of the state's ``generation``; ``None`` before the first solve.
         config: the run's :class:`~dgl_rsc.RSCConfig`.
+        probe: estimate the product's error curve this step (a tune follows it).
     """
 
     phase: str
     alloc_version: int
     allocation: Optional[tuple]
     config: RSCConfig
+    probe: bool = False
 
 
 class LayerSlot:
@@ -64,10 +66,12 @@ class LayerSlot:
             state.stats.exact(A.nnz)
             return csr_t_mm(A, dY, scales)
         backend = resolve(cfg.backend, dY.device)
+        if step.probe:
+            state.probe_error(A, dY, scales, backend, cfg)
         if step.phase == "warmup":
             state.stats.exact(A.nnz)
             skip = cfg.diagonal == "exact" and A.diagonal() is not None
-            state.record(A, backend.row_scores(row_norms(A, scales, skip), dY), cfg)
+            state.record(A, backend.row_scores(state.norms(A, scales, skip), dY), cfg)
             return csr_t_mm(A, dY, scales)
         sample = state.cached(A, step)
         fresh = sample is None

@@ -85,7 +85,7 @@ class Sampler:
 
         cfg = self.config
         backend = resolve(cfg.backend, dY.device)
-        sample = draw_sample(A, dY, int(cfg.budget * A.nnz), cfg.rule, cfg.min_k, backend,
+        sample = draw_sample(A, dY, int(cfg.fraction * A.nnz), cfg.rule, cfg.min_k, backend,
                              cfg.rescale, scales, cfg.diagonal)  # fmt: skip
         out = sample_product(A, sample, dY, scales)
         if self._gen is None or self._gen.device != dY.device:

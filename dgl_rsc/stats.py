@@ -83,6 +83,10 @@ class LayerStats:
         self._timers.append(timer)
         self.last_k = k
 
+    def timed(self, timer: Timer) -> None:
+        """Count a stopped ``timer`` as selection work (an error probe, say)."""
+        self._timers.append(timer)
+
     def fold(self) -> None:
         """Add the device-side counters and timers into plain numbers."""
         if self._pending:

@@ -63,12 +63,23 @@ class DistributedRSCController(RSCController):
         self.ctx = ctx
 
     def solve(self) -> None:
-        """Gather, solve the global problem, keep this rank's share (same on every rank)."""
+        """Solve when every rank has scores for every layer (the same decision on every
+        rank); the solves, the guard and ``budget: auto`` then agree across ranks."""
         ready = [s for s in self.layers if s.ema is not None and s.stats.width > 0]
         flags = torch.tensor([len(ready), len(self.layers)], dtype=torch.long)
         self.ctx.all_reduce_(flags)
         if int(flags[0]) != len(ready) * self.ctx.world_size:
             return  # some rank has a layer without scores yet: solve next time
+        super().solve()
+
+    def _agree_max(self, values: list) -> list:
+        """The element-wise maximum over ranks (a layer's budget and error, for every rank
+        to take the same decisions)."""
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64)
+        return self.ctx.all_reduce_(t, op="max").tolist()
+
+    def _solve_fixed(self, ready: list) -> None:
+        """Gather, solve the global problem, keep this rank's share (same on every rank)."""
         cfg, rule = self.config, get_rule(self.config.rule)
         problems, owners, fixed = [], [], 0.0
         exact_work = 0.0
@@ -83,7 +94,8 @@ class DistributedRSCController(RSCController):
             owners.append(owner)
             exact_work += (float(rows[:, 2].sum()) + float(fixed_l)) * s.stats.width
             fixed += float(fixed_l) * s.stats.width
-        alloc = allocate(problems, max(cfg.budget * exact_work - fixed, 0.0))
+        budget = min(cfg.fraction * self.boost, 1.0)
+        alloc = allocate(problems, max(budget * exact_work - fixed, 0.0))
         mine = {}
         for s, p, owner, k in zip(ready, problems, owners, alloc.k):
             order = torch.sort(p.key, descending=True, stable=True).indices[:k]

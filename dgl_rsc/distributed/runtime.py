@@ -100,12 +100,12 @@ class DistContext:
             raise DistributedError(f"rank {self.rank}: {what}: a peer did not arrive "
                                    f"within {self.timeout} ({exc}).") from None  # fmt: skip
 
-    def all_reduce_(self, t: torch.Tensor, kind: str = "control") -> torch.Tensor:
-        """Sum ``t`` over ranks in place (counted as ``2 (P-1)/P`` of its bytes each way,
-        what a ring all-reduce moves)."""
+    def all_reduce_(self, t: torch.Tensor, kind: str = "control", op: str = "sum") -> torch.Tensor:
+        """Sum (``op="max"``: the maximum of) ``t`` over ranks in place (counted as
+        ``2 (P-1)/P`` of its bytes each way, what a ring all-reduce moves)."""
         if self.world_size > 1:
             try:
-                dist.all_reduce(t)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
             except RuntimeError as exc:
                 raise DistributedError(f"rank {self.rank}: all-reduce ({kind}) failed: "
                                        f"{exc}") from None  # fmt: skip

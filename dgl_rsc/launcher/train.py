@@ -282,7 +282,7 @@ def _train_step(run: _Run, prep: Prepared) -> dict:
     else:
         run.opt.step()
     if run.ctl is not None:
-        run.ctl.step()
+        run.ctl.step(value)  # the loss feeds the guard (full-graph runs)
     _sync(dev)
     t3 = time.perf_counter()
     return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,

@@ -82,6 +82,7 @@ def draw_sample(
     rescale: str = "none",
     scales: Scales = NO_SCALES,
     diagonal: str = "sample",
+    norms: Optional[torch.Tensor] = None,
 ) -> Sample:
     """Score rows, select them under ``nnz_budget`` and cut ``A[S, :]^T``.
 
@@ -94,13 +95,17 @@ def draw_sample(
         diagonal: ``"exact"`` keeps every diagonal (self-loop) entry in the slice, so its
             term is computed exactly, and samples rows of the off-diagonal part with what is
             left of the budget; ``"sample"`` treats it like any other entry.
+        norms: ``(M,)`` :func:`row_norms` of ``A`` and ``scales`` when the caller has them
+            (they depend on the matrix alone), else computed here.
     Returns:
         A :class:`Sample` (token and epoch unset; ``scores`` set).
     """
     diag = A.diagonal() if diagonal == "exact" else None
     row_nnz = A.row_nnz() if diag is None else A.row_nnz() - diag[1]
     budget = int(nnz_budget) - (0 if diag is None else int(diag[1].sum()))
-    scores = backend.row_scores(row_norms(A, scales, skip_diagonal=diag is not None), dY)
+    if norms is None:
+        norms = row_norms(A, scales, skip_diagonal=diag is not None)
+    scores = backend.row_scores(norms, dY)
     key = selection_key(scores, row_nnz, rule)
     mask, k = backend.select_rows(key, row_nnz, max(budget, 0), min_k)
     if diag is None and hasattr(backend, "slice_rows"):  # cut from the kept rows alone

@@ -1,0 +1,106 @@
+"""Time to accuracy of RSC variants against exact training, in one process on one graph.
+
+Each variant is a set of ``rsc.*`` (or ``train.*``) overrides of one config; every variant and
+the exact baseline train with the same seeds on the same prepared data, evaluating every
+epoch (evaluation is not training time). Per run it records the per-epoch training loss,
+validation metric and cumulative training seconds; per variant the epoch and training time at
+which validation first reaches the exact run's best minus ``--tolerance`` points, and the
+speedup over exact in time and in epochs.
+
+    python tools/tta_sweep.py yaml_configs/quickstart.yaml --seeds 0 1 \
+        --variant default: --variant topk:rule=topk,rescale=none --out results/tta_qs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import yaml
+
+from dgl_rsc.launcher.train import prepare, train_one
+from dgl_rsc.launcher.yaml_io import apply_overrides, load_yaml
+from dgl_rsc.launcher.schema import resolve
+
+
+def first_crossing(history: list, target: float):
+    """The first ``{"epoch", "train_s"}`` whose validation is at least ``target``, or None."""
+    for h in history:
+        if h["val"] is not None and h["val"] >= target:
+            return {"epoch": h["epoch"], "train_s": round(h["train_s"], 3)}
+    return None
+
+
+def _variant(text: str) -> tuple[str, dict]:
+    """``name:key=value,key=value`` -> ``(name, {key: value})`` (values read as YAML; keys
+    without a section are ``rsc`` keys)."""
+    name, _, rest = text.partition(":")
+    sets = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        key = key if "." in key else f"rsc.{key}"
+        sets[key] = yaml.safe_load(value)
+    return name, sets
+
+
+def _config(path: str, sets: dict, base_sets: list):
+    raw = apply_overrides(load_yaml(path), base_sets)
+    raw = apply_overrides(raw, [f"{k}={json.dumps(v)}" for k, v in sets.items()])
+    return resolve(raw)
+
+
+def _summary(rec: dict) -> dict:
+    hist = rec["history"]
+    t, out = 0.0, []
+    for h in hist:
+        t += h["epoch_s"]
+        out.append({"epoch": h["epoch"], "loss": h["loss"], "val": h["val"], "test": h["test"],
+                    "train_s": t, "nnz_fraction": h["nnz_fraction"], "phase": h["phase"]})  # fmt: skip
+    return {"history": out, "best": rec["best"], "rsc_stats": {
+        k: rec["rsc_stats"].get(k) for k in ("visited_fraction", "guard", "budgets")
+        if rec["rsc_stats"] and k in rec["rsc_stats"]}}  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config")
+    p.add_argument("--variant", action="append", default=[], help="name:key=value,...")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--set", action="append", default=[], dest="sets", help="base override")
+    p.add_argument("--tolerance", type=float, default=0.3, help="points below exact's best")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    base = [*args.sets, "train.eval_every=1", "train.checkpoint_every=0"]
+    cfg0 = _config(args.config, {}, base)
+    prep = prepare(cfg0)
+    variants = [_variant(v) for v in args.variant] or [("default", {})]
+    result = {"config": args.config, "sets": base, "seeds": args.seeds,
+              "tolerance": args.tolerance, "machine": platform.node(),
+              "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(), "runs": {}}  # fmt: skip
+    for seed in args.seeds:
+        exact = _summary(train_one(cfg0, prep, "exact", seed, progress=False))
+        result["runs"][f"exact-seed{seed}"] = exact
+        target = exact["best"]["val"] - args.tolerance / 100
+        e_cross = first_crossing(exact["history"], target)
+        line = [f"seed {seed} target {target:.4f} exact@{e_cross}"]
+        for name, sets in variants:
+            cfg = _config(args.config, sets, base)
+            rec = _summary(train_one(cfg, prep, "rsc", seed, progress=False))
+            cross = first_crossing(rec["history"], target)
+            rec["tta"] = cross
+            if cross and e_cross:
+                rec["tta_speedup"] = e_cross["train_s"] / cross["train_s"]
+            result["runs"][f"{name}-seed{seed}"] = rec
+            line.append(f"{name}@{cross} x{rec.get('tta_speedup')}")
+        print(" | ".join(str(x) for x in line), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
