@@ -31,6 +31,9 @@ class ReportConfig:
     tta_target: Optional[float] = None
 
     def to_dict(self) -> dict:
+        """The section as a config gives it (the tolerance left out when a target is set)."""
+        if self.tta_target is not None:
+            return {"tta_target": self.tta_target}
         return dataclasses.asdict(self)
 
 
