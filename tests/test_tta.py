@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import doctest
 import json
+import os
 
 import pytest
 
@@ -14,7 +15,7 @@ from dgl_rsc.launcher import cli, tta
 from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.tta import first_crossing, time_to_accuracy
 
-from .test_launcher import TINY, write_config
+from .test_launcher import SHIPPED, TINY, write_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -96,6 +97,17 @@ def test_report_section_defaults_and_round_trip():
     given = resolve({**TINY, "report": {"tta_target": "8.5e-1"}})  # YAML 1.1 float string
     assert given.report.tta_target == 0.85
     assert resolve(given.to_dict()) == given
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.rsplit("/", 1)[-1] for p in SHIPPED])
+def test_shipped_configs_evaluate_often_enough_to_resolve_the_crossing(path, monkeypatch):
+    """Full-graph configs evaluate every 1 or 2 epochs (evaluation is not training time);
+    mini-batch ones, whose epochs are whole passes over many batches, at most every 2."""
+    from dgl_rsc.launcher.cli import load_config
+
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(path)))
+    cfg = load_config(path)
+    assert cfg.train.eval_every <= 2
 
 
 @pytest.mark.parametrize(
