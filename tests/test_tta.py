@@ -215,3 +215,32 @@ def test_cli_without_exact_says_tta_is_unavailable_unless_a_target_is_given(tmp_
     s = json.loads((out / "results.json").read_text())["summary"]["rsc"]
     assert s["tta_status"] == "reached" and s["time_to_target_epoch"] == 1
     assert s["tta_speedup"] is None  # no exact run to compare with
+
+
+def _full_record(method, vals):
+    """A record with everything :func:`summarize` reads (one seed, 10 ms epochs)."""
+    rec = _record(method, 0, vals, epoch_s=0.01)
+    times = dict.fromkeys(("forward_s", "backward_s", "step_s", "select_s"), 0.002)
+    for h in rec["history"]:
+        h.update(times, phase="exact", nnz_visited=1, nnz_exact=2 if method == "rsc" else 1)
+    rec["best"]["test"] = rec["best"]["val"]
+    return rec
+
+
+def test_readme_example_table_has_the_layout_the_cli_prints():
+    """The README's launcher output has the header, columns and notes format_table writes."""
+    import re
+
+    from dgl_rsc.launcher.report import format_table, summarize
+
+    readme = open(os.path.join(os.path.dirname(SHIPPED[0]), "..", "README.md")).read()
+    block = next(b for b in re.findall(r"```text\n(.*?)```", readme, re.S) if "to target" in b)
+    lines = block.splitlines()
+    recs = [_full_record(m, [0.5, 0.9]) for m in ("stock", "exact", "rsc")]
+    table = format_table(summarize(recs), "accuracy").splitlines()
+    assert lines[:2] == table[:2]  # header and rule
+    for mine, theirs in zip(lines[2:5], table[2:5]):
+        assert len(mine) == len(theirs) and mine.split()[0] == theirs.split()[0]
+    assert lines[5].split("(")[0] == table[5].split("(")[0]  # "speedup: ... baseline "
+    assert lines[6].split("(")[0] == table[6].split("(")[0]  # "to target: ... the target "
+    assert lines[6].split(")")[-1] == table[6].split(")")[-1]

@@ -4,7 +4,10 @@ Definition (one function for the launcher and the tools): a run's *training time
 ``e`` is the sum of ``epoch_s`` over epochs ``1..e`` (forward, backward and optimizer step;
 evaluation excluded, as for epoch times). Its *time to target* is the training time after the
 first evaluated epoch whose validation metric is at or above the target; a run that never gets
-there has none and is reported as not reached (``reached: False``, ``time_s: None``).
+there has none and is reported as not reached (``reached: False``, ``time_s: None``). Every
+epoch counts, the first included: what a run pays once (building cached structures; a Numba
+compile that the on-disk cache has not seen yet, which lands in the first run of a process)
+is part of the time a user waits.
 
 The target of a seed is, by default, the best validation metric of the reference run (the
 launcher's ``exact`` method) of the same seed minus ``tolerance``; with ``target`` given it is
