@@ -18,7 +18,8 @@ after every epoch, and reports each engine's time to accuracy with the launcher'
 (:func:`dgl_rsc.launcher.tta.time_to_accuracy`): the training time, evaluation excluded, until
 validation first reaches the best validation of the first exact engine run (``native-exact``,
 ``dgl-exact``, ``patch-exact``) minus ``--tta-tolerance`` (or ``--tta-target``), and each
-engine's speedup: that engine's time and ``stock``'s over its own. Results go to a JSON file with
+engine's speedup: that engine's time and ``stock``'s over its own; ``curves`` holds each
+engine's validation after every epoch and its training time. Results go to a JSON file with
 the machine and the date.
 
 Example::
@@ -50,7 +51,7 @@ import dgl_rsc.nn as rnn
 from dgl_rsc import RSCController
 from dgl_rsc.data import evaluate, synthetic_graph
 from dgl_rsc.graph import Graph
-from dgl_rsc.launcher.tta import DEFAULT_TOLERANCE, time_to_accuracy
+from dgl_rsc.launcher.tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 from dgl_rsc.models import build_model
 
 # The two graphs of the engine issue: the quickstart graph (30k nodes, 1.5M edges, 128 input
@@ -166,8 +167,9 @@ def tta_case(data, graphs, spec, model_name):
         if t["time_s"] is not None:
             when = f"{t['time_s']:.2f} s (epoch {t['epoch']:.0f})"
         print(f"  time to target {engine:<13} {when}", flush=True)
-    return {"reference": ref, **tta,
-            "final_val": {r["method"]: r["history"][-1]["val"] for r in records}}  # fmt: skip
+    curves = {r["method"]: {"train_time_s": cumulative_times(r["history"]),
+                            "val": [h["val"] for h in r["history"]]} for r in records}  # fmt: skip
+    return {"reference": ref, **tta, "curves": curves}
 
 
 def categorize(prof) -> dict:
