@@ -244,3 +244,20 @@ def test_readme_example_table_has_the_layout_the_cli_prints():
     assert lines[5].split("(")[0] == table[5].split("(")[0]  # "speedup: ... baseline "
     assert lines[6].split("(")[0] == table[6].split("(")[0]  # "to target: ... the target "
     assert lines[6].split(")")[-1] == table[6].split(")")[-1]
+
+
+def test_resume_may_change_only_the_report_section_to_read_finished_runs_again(tmp_path, capsys):
+    path = write_config(tmp_path, train={**TRAIN, "epochs": 4})
+    out = tmp_path / "out"
+    assert cli.main(["run", path, "--out", str(out), "--no-progress"]) == 0
+    before = json.loads((out / "runs" / "rsc-seed0.json").read_text())
+    assert json.loads((out / "results.json").read_text())["summary"]["exact"]["tta_status"] == (
+        "reached"
+    )
+    args = ["run", path, "--resume", str(out), "--no-progress"]
+    assert cli.main([*args, "--set", "report.tta_target=1.01"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["summary"]["exact"]["tta_status"] == "not reached"
+    assert res["runs"][1]["history"] == before["history"]  # read back, not trained again
+    assert cli.main([*args, "--set", "train.lr=0.5"]) == 2  # training keys still must match
+    assert "train.lr" in capsys.readouterr().err
