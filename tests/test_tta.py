@@ -83,7 +83,7 @@ def test_absolute_target_replaces_the_exact_one_and_is_the_only_way_without_exac
     rsc_only = [_record("rsc", 0, [0.5, 0.7, 0.8])]
     none = time_to_accuracy(rsc_only)
     assert none["status"] == "unavailable" and none["methods"] == {}
-    assert "report.tta_target" in none["reason"]
+    assert "no 'exact' run" in none["reason"]
     out = time_to_accuracy(rsc_only, target=0.7)
     assert out["methods"]["rsc"]["epoch"] == 2 and out["target"]["absolute"] == 0.7
     both = [_record("exact", 0, [0.99, 0.99]), *rsc_only]

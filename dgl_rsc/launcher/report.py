@@ -204,7 +204,10 @@ def _tta_note(summary: dict) -> str:
     """The table's line on how the time to target was measured."""
     first = next(iter(summary.values()))
     if first["tta_status"] == "unavailable":
-        return f"time to target unavailable: {first['tta_reason']}"
+        return (
+            f"time to target unavailable: {first['tta_reason']}; set report.tta_target "
+            "(an absolute validation target) or compare: true (trains the exact run)"
+        )
     target = first["tta_target"]
     seeds = ", ".join(f"seed {k}: {v:.4f}" for k, v in target["per_seed"].items())
     return (f"to target: training seconds (evaluation excluded) until validation first reaches "

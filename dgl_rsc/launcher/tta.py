@@ -84,8 +84,7 @@ def _targets(records, tolerance, target, reference) -> tuple:
         return {s: float(target) for s in seeds}, f"absolute target {target}", None
     best = {r["seed"]: r["best"]["val"] for r in records if r["method"] == reference}
     if not best:
-        why = (f"no '{reference}' run to take the target from (the launcher: compare: false); "
-               "give an absolute validation target (the launcher: report.tta_target)")  # fmt: skip
+        why = f"no '{reference}' run to take the target from and no absolute target"
         return {}, None, why
     out = {s: best[s] - tolerance for s in seeds if _finite(best.get(s))}
     what = f"best validation of '{reference}' of the same seed minus {tolerance}"
