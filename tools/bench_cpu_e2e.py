@@ -12,12 +12,22 @@ Epoch times are means over the timed epochs (after ``--warmup``; for RSC the app
 phase: the run never switches back), taken over ``--rounds`` interleaved rounds; every ratio
 is against ``stock`` measured in the same process. ``--profile`` adds, per engine, one
 profiled epoch split into sparse products, dense GEMMs, elementwise work, RSC's selection and
-slicing, and the rest. Results go to a JSON file with the machine and the date.
+slicing, and the rest. ``--tta-epochs N`` adds, per engine, one training run of ``N`` epochs
+(RSC engines switching to exact at ``switch_at`` of them, as the launcher does) evaluated
+after every epoch, and reports each engine's time to accuracy with the launcher's definition
+(:func:`dgl_rsc.launcher.tta.time_to_accuracy`): the training time, evaluation excluded, until
+validation first reaches the best validation of the first exact engine run (``native-exact``,
+``dgl-exact``, ``patch-exact``) minus ``--tta-tolerance`` (or ``--tta-target``), and each
+engine's speedup: that engine's time and ``stock``'s over its own; ``curves`` holds each
+engine's validation after every epoch and its training time. Results go to a JSON file with
+the machine and the date.
 
 Example::
 
     python tools/bench_cpu_e2e.py --graphs quickstart g200k --models gcn sage --threads 1 2 \\
         --out docs/results/e2e_cpu.json --profile
+    python tools/bench_cpu_e2e.py --graphs quickstart --models gcn --threads 2 \\
+        --engines stock native-exact native-rsc --tta-epochs 200 --out /tmp/tta.json
 """
 
 from __future__ import annotations
@@ -39,8 +49,9 @@ from bench_common import machine, write_json
 import dgl_rsc
 import dgl_rsc.nn as rnn
 from dgl_rsc import RSCController
-from dgl_rsc.data import synthetic_graph
+from dgl_rsc.data import evaluate, synthetic_graph
 from dgl_rsc.graph import Graph
+from dgl_rsc.launcher.tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 from dgl_rsc.models import build_model
 
 # The two graphs of the engine issue: the quickstart graph (30k nodes, 1.5M edges, 128 input
@@ -67,7 +78,9 @@ CATEGORIES = {
 }  # fmt: skip
 
 
-def build(engine, data, graphs, hidden, model_name, seed):
+def build(engine, data, graphs, hidden, model_name, seed, total_steps=None):
+    """Model, graph, controller and context of ``engine``; with ``total_steps`` the RSC
+    engines switch to the exact backward at ``switch_at`` of them (else they never do)."""
     torch.manual_seed(seed)
     family = engine.split("-")[0]  # native, dgl, patch or stock (dgl_rsc.engines)
     stock = family in ("stock", "patch")
@@ -77,11 +90,13 @@ def build(engine, data, graphs, hidden, model_name, seed):
     ctl, ctx = None, contextlib.nullcontext()
     if engine.startswith("patch"):
         exact = engine == "patch-exact"
-        ctl = RSCController(budget=args.budget, switch_at=0.0 if exact else 1.0,
-                            total_steps=10**6)  # fmt: skip
+        switch = 0.0 if exact else (args.switch_at if total_steps else 1.0)
+        ctl = RSCController(budget=args.budget, switch_at=switch,
+                            total_steps=total_steps or 10**6)  # fmt: skip
         ctx = dgl_rsc.patch(ctl)
     elif engine.endswith("-rsc"):
-        ctl = rnn.attach(model, budget=args.budget)
+        ctl = rnn.attach(model, budget=args.budget, switch_at=args.switch_at,
+                         total_steps=total_steps)  # fmt: skip
     elif not stock:
         rnn.exact(model)
     return model, graph, ctl, ctx
@@ -109,6 +124,52 @@ def epochs(model, graph, data, ctl, ctx, n, profile=False):
             if last:
                 prof = categorize(p)
     return times, prof, float(loss)
+
+
+def tta_record(engine, model, graph, data, ctl, ctx, n):
+    """One ``n``-epoch training run evaluated after every epoch (not timed), as a record of
+    the launcher's shape (``method``, ``seed``, ``history``, ``best``)."""
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    mask, label, feat = data.train_mask, data.label, data.feat
+    history = []
+    with ctx:
+        for epoch in range(1, n + 1):
+            model.train()
+            t0 = time.perf_counter()
+            loss = F.cross_entropy(model(graph, feat)[mask], label[mask])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if ctl is not None:
+                ctl.step()
+            epoch_s = time.perf_counter() - t0
+            model.eval()
+            with torch.no_grad():
+                val = float(evaluate(data.metric, model(graph, feat), label, data.val_mask))
+            history.append({"epoch": epoch, "epoch_s": epoch_s, "val": val})
+    return {"method": engine, "seed": 0, "history": history,
+            "best": {"val": max(h["val"] for h in history)}}  # fmt: skip
+
+
+def tta_case(data, graphs, spec, model_name):
+    """Time to accuracy of every engine (one run each, the launcher's definition)."""
+    records = []
+    for engine in args.engines:
+        model, graph, ctl, ctx = build(engine, data, graphs, spec["hidden"], model_name, 0,
+                                       total_steps=args.tta_epochs)  # fmt: skip
+        records.append(tta_record(engine, model, graph, data, ctl, ctx, args.tta_epochs))
+    exact = [e for e in ("native-exact", "dgl-exact", "patch-exact") if e in args.engines]
+    ref = exact[0] if exact else "native-exact"  # absent: only --tta-target gives a target
+    baselines = tuple(e for e in (ref, "stock") if e in args.engines)
+    tta = time_to_accuracy(records, args.tta_tolerance, args.tta_target, ref, baselines)
+    for engine, t in tta["methods"].items():
+        when = t["status"]
+        if t["time_s"] is not None:
+            when = f"{t['time_s']:.2f} s (epoch {t['epoch']:.0f})"
+        print(f"  time to target {engine:<13} {when}", flush=True)
+    curves = {r["method"]: {"train_time_s": cumulative_times(r["history"]),
+                            "val": [h["val"] for h in r["history"]]} for r in records}  # fmt: skip
+    return {"reference": ref, **tta, "curves": curves}
 
 
 def categorize(prof) -> dict:
@@ -153,6 +214,8 @@ def run_case(graph_name, model_name, threads):
             "rounds_ms": {e: [round(x * 1e3, 2) for x in v] for e, v in res.items()},
             "vs_stock": {e: round(base / v, 3) for e, v in ms.items()} if base else None,
             "final_loss": losses, "profile_ms": profiles}  # fmt: skip
+    if args.tta_epochs:
+        case["time_to_accuracy"] = tta_case(data, graphs, spec, model_name)
     return case
 
 
@@ -168,6 +231,21 @@ def main():
     p.add_argument("--epochs", type=int, default=8, help="timed epochs per round")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--profile", action="store_true")
+    p.add_argument(
+        "--tta-epochs",
+        type=int,
+        default=0,
+        help="also train each engine this many epochs and report time to accuracy",
+    )
+    p.add_argument(
+        "--tta-tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="target: the reference's best validation minus this (metric units)",
+    )
+    p.add_argument("--tta-target", type=float, default=None, help="an absolute target instead")
+    p.add_argument("--switch-at", type=float, default=0.8, help="RSC's switch to exact (tta)")
+    p.add_argument("--lr", type=float, default=0.02, help="Adam's learning rate (tta runs)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     cases = []

@@ -112,21 +112,33 @@ def launcher(name: str) -> str:
     )
 
 
+def _tta(r: dict, m: str) -> str:
+    t = r[f"{m}_tta_s"]
+    return r[f"{m}_tta_status"] if t is None else f"{t:.1f} s (epoch {r[f'{m}_tta_epoch']:.0f})"
+
+
 def parity(name: str) -> str:
-    """tools/accuracy_parity.py"""
+    """tools/accuracy_parity.py (time to accuracy first, in files that have it)"""
     d = _load(name)
     m = d["machine"]
+    tta = all("exact_tta_s" in r for r in d["rows"])
+    lead = "exact to target | RSC to target | TTA speedup | " if tta else ""
     out = [
         f"{_where(m)}, {m['date']}. Command: {_cmd(d)}",
         "",
-        "| config | budget | seeds | exact | RSC | RSC - exact | loss jump at switch, RSC "
+        f"| config | budget | seeds | {lead}exact | RSC | RSC - exact | loss jump at switch, RSC "
         "(exact) | backward nnz visited | epoch ms exact / RSC |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|" + ("---|---|---|" if tta else "") + "---|---|---|---|---|---|",
     ]
     for r in d["rows"]:
+        cells = ""
+        if tta:
+            speed = r["tta_speedup"]
+            cells = (f"{_tta(r, 'exact')} | {_tta(r, 'rsc')} | "
+                     f"{'-' if speed is None else f'{speed:.2f}x'} | ")  # fmt: skip
         out.append(
-            f"| {Path(r['config']).name} | {r['budget']} | {len(r['seeds'])} "
-            f"| {r['exact_mean']:.2f} ± {r['exact_std']:.2f} | {r['rsc_mean']:.2f} ± "
+            f"| {Path(r['config']).name} | {r['budget']} | {len(r['seeds'])} | {cells}"
+            f"{r['exact_mean']:.2f} ± {r['exact_std']:.2f} | {r['rsc_mean']:.2f} ± "
             f"{r['rsc_std']:.2f} | {r['delta']:+.2f} | {r['loss_jump_rsc']:.2f} "
             f"({r['loss_jump_exact']:.2f}) | {100 * r['nnz_fraction']:.1f}% "
             f"| {r['epoch_ms_exact']:.0f} / {r['epoch_ms_rsc']:.0f} |"

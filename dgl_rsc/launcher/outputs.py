@@ -17,6 +17,9 @@ _SUBDIRS = ("runs", "checkpoints")
 #: the partition cache of distributed runs: reused across runs, kept by --force (each file is
 #: checked on reuse, see dgl_rsc.distributed.partition.load_or_partition)
 PARTITION_CACHE = "partitions"
+#: keys that change only the report (written again at the end), never training: a resume may
+#: change them, e.g. to read the time to accuracy of finished runs against another target
+REPORT_ONLY = "report."
 
 
 def _fail(msg: str):
@@ -48,7 +51,8 @@ def some(names: list, limit: int = 8) -> str:
 
 def output_dir(args, cfg) -> str:
     """Where the run writes; refuses an existing run directory unless --force/--resume,
-    and a non-empty directory that dgl-rsc did not write even with --force."""
+    and a non-empty directory that dgl-rsc did not write even with --force. A resume must
+    have the config the run started with, except the ``report`` section."""
     if args.resume:
         out = args.resume
         if args.out and os.path.abspath(args.out) != os.path.abspath(out):
@@ -65,7 +69,8 @@ def output_dir(args, cfg) -> str:
                 "resumed: start it again with --force or --out."
             ) from None
         before, now = _flatten(before), _flatten(cfg.to_dict())
-        diff = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+        diff = [k for k in sorted(set(before) | set(now))
+                if before.get(k) != now.get(k) and not k.startswith(REPORT_ONLY)]  # fmt: skip
         if diff:
             _fail(
                 f"--resume {out}: the config differs from the one the run started with at "

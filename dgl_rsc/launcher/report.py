@@ -9,6 +9,15 @@ the method's approximate phase only; ``vs_exact`` and ``vs_stock`` against each 
 ``nnz_fraction`` is the backward sparse non-zeros visited over the exact count, for the whole
 run.
 
+Time to accuracy (:mod:`.tta`, the ``report`` config section) comes first: ``time_to_target_s``
+is the training time (evaluation excluded) until validation first reaches the target (by
+default exact's best validation of the same seed minus ``report.tta_tolerance``), with
+``time_to_target_epoch`` that epoch; ``tta_speedup`` is exact's time over the method's and
+``tta_vs_stock`` stock's over the method's. ``tta_status`` is ``"reached"``, ``"not reached"``
+(some seed never got there: times and speedups are ``null``) or ``"unavailable"`` (no exact run
+and no absolute target; ``tta_reason`` says why). metrics.csv has ``train_time_s``, the
+training seconds after each epoch (``wall_s`` is the older name of the same column).
+
 JSON files are strict JSON (:func:`strict_json`): a NaN or infinite number, which would
 otherwise be written as a bare ``NaN`` token that JSON parsers reject, becomes ``null``.
 """
@@ -29,7 +38,8 @@ import numpy as np
 import torch
 
 from .. import __version__, _deps
-from .checkpoint import atomic_write, atomic_write_text, claim
+from .checkpoint import atomic_write_text, claim
+from .tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 
 __all__ = ["environment", "summarize", "format_table", "write_report", "strict_json", "CSV_FIELDS"]
 
@@ -37,7 +47,7 @@ log = logging.getLogger(__name__)
 
 CSV_FIELDS = (
     "method", "seed", "epoch", "phase", "loss", "train", "val", "test", "epoch_s",
-    "forward_s", "backward_s", "step_s", "select_s", "nnz_fraction", "wall_s",
+    "forward_s", "backward_s", "step_s", "select_s", "nnz_fraction", "train_time_s", "wall_s",
 )  # fmt: skip
 PACKAGES = ("torch", "dgl", "numpy", "pyyaml", "tqdm", "matplotlib", "cupy-cuda12x", "numba")
 TIMES = ("epoch_s", "forward_s", "backward_s", "select_s", "step_s")
@@ -122,8 +132,9 @@ def _run_times(rec: dict) -> dict:
     return out
 
 
-def summarize(records: list) -> dict:
-    """Per method: test/val mean and std over seeds, mean times, speedup, nnz fraction."""
+def summarize(records: list, tolerance: float = DEFAULT_TOLERANCE, target=None) -> dict:
+    """Per method: time to target (``tolerance`` below exact's best validation, or the
+    absolute ``target``), test/val mean and std over seeds, mean times, speedup, nnz fraction."""
     summary = {}
     for method in dict.fromkeys(r["method"] for r in records):
         recs = [r for r in records if r["method"] == method]
@@ -158,14 +169,61 @@ def summarize(records: list) -> dict:
             ref = exact or base
             known = s["test_mean"] is not None and ref["test_mean"] is not None
             s["test_delta"] = s["test_mean"] - ref["test_mean"] if known else None
+    _add_tta(summary, time_to_accuracy(records, tolerance, target))
     return summary
+
+
+def _add_tta(summary: dict, tta: dict) -> None:
+    """The time-to-accuracy fields of each method's summary (see the module docstring)."""
+    for method, s in summary.items():
+        t = tta["methods"].get(method)
+        if t is None:
+            s.update(tta_status="unavailable", tta_reason=tta["reason"], tta_target=None,
+                     time_to_target_s=None, time_to_target_epoch=None, tta_speedup=None,
+                     tta_vs_stock=None, tta_reached=0, tta_runs=[])  # fmt: skip
+            continue
+        s.update(tta_status=t["status"], tta_target=tta["target"], time_to_target_s=t["time_s"],
+                 time_to_target_epoch=t["epoch"], tta_speedup=t.get("vs_exact"),
+                 tta_vs_stock=t.get("vs_stock"), tta_reached=t["reached"],
+                 tta_runs=t["runs"])  # fmt: skip
+
+
+def _tta_cells(s: dict) -> tuple:
+    """``(time to target, tta speedup, tta vs stock)`` cells of one method's row."""
+    if s["tta_status"] == "unavailable":
+        return ("n/a", "-", "-")
+    if s["tta_status"] == "not reached":
+        return (f"not reached {s['tta_reached']}/{len(s['tta_runs'])}", "-", "-")
+    epoch = s["time_to_target_epoch"]
+    when = f"{s['time_to_target_s']:.2f}s @{epoch:.0f}"
+    return tuple([when] + [f"{v:.2f}x" if v is not None else "-"
+                           for v in (s["tta_speedup"], s["tta_vs_stock"])])  # fmt: skip
+
+
+def _tta_note(summary: dict) -> str:
+    """The table's line on how the time to target was measured."""
+    first = next(iter(summary.values()))
+    if first["tta_status"] == "unavailable":
+        return (
+            f"time to target unavailable: {first['tta_reason']}; set report.tta_target "
+            "(an absolute validation target) or compare: true (trains the exact run)"
+        )
+    target = first["tta_target"]
+    seeds = ", ".join(f"seed {k}: {v:.4f}" for k, v in target["per_seed"].items())
+    return (f"to target: training seconds (evaluation excluded) until validation first reaches "
+            f"the target ({target['rule']}; {seeds}) @ that epoch, or 'not reached k/n' (k of n "
+            "seeds got there); tta exact, tta stock: that baseline's time to target over the "
+            "method's")  # fmt: skip
 
 
 def format_table(summary: dict, metric: str) -> str:
     """The final table: one row per method; speedups against the faster exact baseline."""
     scale = 100.0 if metric in ("accuracy", "rocauc", "f1_micro") else 1.0
-    head = (f"{'method':<7}{'runs':>5}  {'test ' + metric:>20}  {'epoch ms':>9}{'fwd':>8}"
-            f"{'bwd':>8}{'select':>8}{'speedup':>9}{'approx':>8}{'bwd nnz':>9}")  # fmt: skip
+    stock = "stock" in summary
+    head = (f"{'method':<7}{'runs':>5}  {'test ' + metric:>20}{'to target':>18}{'tta exact':>10}"
+            + (f"{'tta stock':>10}" if stock else "")
+            + f"  {'epoch ms':>9}{'fwd':>8}{'bwd':>8}{'select':>8}{'speedup':>9}{'approx':>8}"
+            f"{'bwd nnz':>9}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for method, s in summary.items():
         test = "-"
@@ -173,8 +231,11 @@ def format_table(summary: dict, metric: str) -> str:
             test = f"{s['test_mean'] * scale:.2f} ± {s['test_std'] * scale:.2f}"
         speed = f"{s['speedup']:.2f}x" if "speedup" in s else "-"
         approx = f"{s['speedup_approx']:.2f}x" if "speedup_approx" in s else "-"
+        when, tta, vs_stock = _tta_cells(s)
         lines.append(
-            f"{method:<7}{s['runs']:>5}  {test:>20}  {s['epoch_s_mean'] * 1e3:>9.1f}"
+            f"{method:<7}{s['runs']:>5}  {test:>20}{when:>18}{tta:>10}"
+            + (f"{vs_stock:>10}" if stock else "")
+            + f"  {s['epoch_s_mean'] * 1e3:>9.1f}"
             f"{s['forward_s_mean'] * 1e3:>8.1f}{s['backward_s_mean'] * 1e3:>8.1f}"
             f"{s['select_s_mean'] * 1e3:>8.1f}{speed:>9}{approx:>8}{s['nnz_fraction'] * 100:>8.1f}%"
         )
@@ -183,6 +244,7 @@ def format_table(summary: dict, metric: str) -> str:
         what = "stock DGL" if base == "stock" else "dgl_rsc's exact backward"
         lines.append(f"speedup: epoch time of the faster baseline ({base}: {what}) over the "
                      "method's; approx: over its approximate phase")  # fmt: skip
+    lines.append(_tta_note(summary))
     return "\n".join(lines)
 
 
@@ -191,60 +253,17 @@ def _csv_text(records: list) -> str:
     writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
     for r in records:
-        wall = 0.0
-        for h in r["history"]:
-            wall += h["epoch_s"]
-            writer.writerow({**h, "method": r["method"], "seed": r["seed"], "wall_s": wall})
+        for h, t in zip(r["history"], cumulative_times(r["history"])):
+            writer.writerow({**h, "method": r["method"], "seed": r["seed"], "train_time_s": t,
+                             "wall_s": t})  # fmt: skip
     return buf.getvalue()
-
-
-def _plot(path: str, records: list, summary: dict, metric: str) -> None:
-    """summary.png: validation metric vs epoch and vs training time; epoch-time bars."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(15, 4.2))
-    FigureCanvasAgg(fig)
-    ax_e, ax_t, ax_b = fig.subplots(1, 3)
-    for method in summary:
-        recs = [r for r in records if r["method"] == method]
-        evals = [[h for h in r["history"] if h["val"] is not None] for r in recs]
-        n = min(len(e) for e in evals)
-        epochs = [h["epoch"] for h in evals[0][:n]]
-        vals = np.array([[h["val"] for h in e[:n]] for e in evals])
-        walls = np.array([np.cumsum([h["epoch_s"] for h in r["history"]]) for r in recs])
-        wall = walls.mean(0)[np.array(epochs) - 1]
-        ax_e.plot(epochs, vals.mean(0), label=method)
-        ax_e.fill_between(epochs, vals.min(0), vals.max(0), alpha=0.2)
-        ax_t.plot(wall, vals.mean(0), label=method)
-    ax_e.set(xlabel="epoch", ylabel=f"validation {metric}", title="validation vs epoch")
-    ax_t.set(xlabel="training time (s)", ylabel=f"validation {metric}", title="vs wall-clock")
-    names = list(summary)
-    bottom = np.zeros(len(names))
-    parts = {
-        "forward": [summary[m]["forward_s_mean"] for m in names],
-        "backward (excl. select)": [
-            summary[m]["backward_s_mean"] - summary[m]["select_s_mean"] for m in names
-        ],
-        "select": [summary[m]["select_s_mean"] for m in names],
-        "optimizer": [summary[m]["step_s_mean"] for m in names],
-    }
-    for label, vals in parts.items():
-        ms = np.array(vals) * 1e3
-        ax_b.bar(names, ms, bottom=bottom, label=label)
-        bottom += ms
-    ax_b.set(ylabel="ms per epoch", title="mean epoch time")
-    for ax in (ax_e, ax_t, ax_b):
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
 def write_report(out_dir: str, config: dict, records: list, env: dict, metric: str) -> dict:
     """Write results.json, metrics.csv, summary.png and table.txt; return the summary."""
-    summary = summarize(records)
+    rep = config.get("report") or {}
+    summary = summarize(records, rep.get("tta_tolerance", DEFAULT_TOLERANCE),
+                        rep.get("tta_target"))  # fmt: skip
     table = format_table(summary, metric)
     results = {
         "environment": env,
@@ -261,7 +280,9 @@ def write_report(out_dir: str, config: dict, records: list, env: dict, metric: s
     atomic_write_text(files[1], _csv_text(records))
     atomic_write_text(files[2], table + "\n")
     if plot:
-        _plot(os.path.join(out_dir, "summary.png"), records, summary, metric)
+        from .report_plot import plot_summary
+
+        plot_summary(os.path.join(out_dir, "summary.png"), records, summary, metric)
     else:
         log.warning("matplotlib is not installed: summary.png skipped (pip install matplotlib)")
     return summary

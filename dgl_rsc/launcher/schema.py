@@ -10,6 +10,7 @@ A config has these sections::
     compare: true                   # exact and RSC runs with the same seeds
     distributed: {partitions: 4, ...}  # optional: one graph across processes (dist_schema)
     minibatch: {num_parts: 40, ...}    # with train.mode cluster or saint (mb_schema)
+    report: {tta_tolerance: 0.003, tta_target: null}  # time to accuracy (report_schema)
 
 Every error is a :class:`~dgl_rsc.ConfigError` naming the key path (``train.lr``), and an
 unknown key lists the allowed keys and the nearest match. The allowed ``model`` keys are the
@@ -35,6 +36,7 @@ from ..engines import ENGINES as _ENGINES
 from ..models import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
+from .report_schema import ReportConfig, resolve_report
 
 __all__ = [
     "RunConfig",
@@ -46,7 +48,7 @@ __all__ = [
     "dataset_params",
 ]
 
-SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed", "minibatch")
+SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed", "minibatch", "report")
 #: the engines a config may train on (dgl_rsc.engines; ``stock`` is the comparison baseline)
 ENGINES = tuple(e.name for e in _ENGINES.values() if e.approximates)
 PATH_KEYS = ("root", "path")
@@ -134,6 +136,7 @@ class RunConfig:
     compare: bool
     distributed: Optional[DistConfig] = None
     minibatch: Optional[MiniBatchConfig] = None
+    report: ReportConfig = dataclasses.field(default_factory=ReportConfig)
 
     @property
     def methods(self) -> tuple:
@@ -151,7 +154,7 @@ class RunConfig:
         mb = None if self.minibatch is None else self.minibatch.to_dict()
         return {"dataset": dict(self.dataset), "model": dict(self.model), "train": train,
                 "rsc": rsc, "compare": self.compare, "distributed": dist,
-                "minibatch": mb}  # fmt: skip
+                "minibatch": mb, "report": self.report.to_dict()}  # fmt: skip
 
 
 def _fail(msg: str):
@@ -339,4 +342,5 @@ def resolve(raw: Any) -> RunConfig:
     if dist is not None and train.mode != "full":
         _fail("mini-batch training (train.mode: cluster or saint) is not distributed; use one "
               "or the other.")  # fmt: skip
-    return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb)
+    report = resolve_report(raw, check_value, Rule)
+    return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb, report)

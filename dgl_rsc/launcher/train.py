@@ -11,7 +11,9 @@ what DGL users run.
 Epoch timing (synchronized on CUDA) separates forward (with the loss), backward (which
 contains RSC's row selection, reported apart as ``select_s``) and the optimizer step;
 evaluation runs every ``eval_every`` epochs under ``torch.no_grad`` and is not timed as
-training. The reported test metric is the one at the epoch of best validation metric.
+training. Each epoch's record holds ``train_time_s``, the training seconds so far (the sum of
+``epoch_s``), from which :mod:`.tta` reads the time to accuracy. The reported test metric is
+the one at the epoch of best validation metric.
 
 A run stops with :class:`TrainingDiverged` at the first epoch whose training loss is NaN or
 infinite, before that epoch's optimizer step (checkpoints and finished runs stay). Before
@@ -49,6 +51,7 @@ from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
 from .schema import RunConfig
+from .tta import train_time
 
 __all__ = [
     "Prepared",
@@ -347,6 +350,7 @@ def train_one(
                     "check the data; resuming unchanged would diverge again."
                 )
             rec = {"epoch": epoch, "phase": phase, **step}
+            rec["train_time_s"] = train_time(history) + step["epoch_s"]
             if prep.dist is not None:
                 rec["dist"] = epoch_traffic(prep, traffic)
                 traffic = traffic_now(prep)
