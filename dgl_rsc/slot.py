@@ -21,7 +21,7 @@ from .config import RSCConfig
 from .csr import CSR
 from .layer_state import LayerState
 from .products import NO_SCALES, Scales, csr_t_mm
-from .sampling import apply_scale, propagate_nonfinite, row_norms, sample_product
+from .sampling import apply_scale, propagate_nonfinite, sample_product
 
 __all__ = ["StepInfo", "LayerSlot", "PHASES"]
 

@@ -132,6 +132,7 @@ def test_guard_switches_to_exact_when_the_approximation_is_useless():
     assert [a["action"] for a in actions] == ["raise", "exact"], actions
     assert all(a["signal"] == "error" for a in actions)
     assert ctl.phase() == "exact" and ctl.config.switch_step == 160
+
     # once exact, every product is exact
     def calls(kind):
         return sum(x[f"{kind}_calls"] for x in ctl.stats()["layers"])

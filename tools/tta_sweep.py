@@ -22,17 +22,10 @@ import time
 
 import yaml
 
-from dgl_rsc.launcher.train import prepare, train_one
-from dgl_rsc.launcher.yaml_io import apply_overrides, load_yaml
 from dgl_rsc.launcher.schema import resolve
-
-
-def first_crossing(history: list, target: float):
-    """The first ``{"epoch", "train_s"}`` whose validation is at least ``target``, or None."""
-    for h in history:
-        if h["val"] is not None and h["val"] >= target:
-            return {"epoch": h["epoch"], "train_s": round(h["train_s"], 3)}
-    return None
+from dgl_rsc.launcher.train import prepare, train_one
+from dgl_rsc.launcher.tta import first_crossing
+from dgl_rsc.launcher.yaml_io import apply_overrides, load_yaml
 
 
 def _variant(text: str) -> tuple[str, dict]:
@@ -53,16 +46,18 @@ def _config(path: str, sets: dict, base_sets: list):
     return resolve(raw)
 
 
+KEEP = ("epoch", "loss", "val", "test", "epoch_s", "nnz_fraction", "phase")
+STATS = ("visited_fraction", "guard", "budgets")
+
+
 def _summary(rec: dict) -> dict:
-    hist = rec["history"]
-    t, out = 0.0, []
-    for h in hist:
-        t += h["epoch_s"]
-        out.append({"epoch": h["epoch"], "loss": h["loss"], "val": h["val"], "test": h["test"],
-                    "train_s": t, "nnz_fraction": h["nnz_fraction"], "phase": h["phase"]})  # fmt: skip
-    return {"history": out, "best": rec["best"], "rsc_stats": {
-        k: rec["rsc_stats"].get(k) for k in ("visited_fraction", "guard", "budgets")
-        if rec["rsc_stats"] and k in rec["rsc_stats"]}}  # fmt: skip
+    """A run record cut to what the sweep reports."""
+    stats = rec["rsc_stats"] or {}
+    return {
+        "history": [{k: h[k] for k in KEEP} for h in rec["history"]],
+        "best": rec["best"],
+        "rsc_stats": {k: stats[k] for k in STATS if k in stats},
+    }
 
 
 def main(argv=None) -> int:
@@ -93,7 +88,7 @@ def main(argv=None) -> int:
             cross = first_crossing(rec["history"], target)
             rec["tta"] = cross
             if cross and e_cross:
-                rec["tta_speedup"] = e_cross["train_s"] / cross["train_s"]
+                rec["tta_speedup"] = e_cross["time_s"] / cross["time_s"]
             result["runs"][f"{name}-seed{seed}"] = rec
             line.append(f"{name}@{cross} x{rec.get('tta_speedup')}")
         print(" | ".join(str(x) for x in line), flush=True)
