@@ -91,9 +91,9 @@ def main(argv=None) -> int:
                 rec["tta_speedup"] = e_cross["time_s"] / cross["time_s"]
             result["runs"][f"{name}-seed{seed}"] = rec
             line.append(f"{name}@{cross} x{rec.get('tta_speedup')}")
+            with open(args.out, "w") as f:  # after every run: a long sweep loses nothing
+                json.dump(result, f)
         print(" | ".join(str(x) for x in line), flush=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f)
     return 0
 
 
