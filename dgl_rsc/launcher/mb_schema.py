@@ -23,10 +23,26 @@ from typing import Optional
 
 from ..config import ConfigError, unknown_key_message
 
-__all__ = ["MiniBatchConfig", "MODES", "resolve_minibatch", "steps_per_epoch"]
+__all__ = [
+    "MiniBatchConfig",
+    "MODES",
+    "MODE_KEYS",
+    "resolve_minibatch",
+    "check_sizes",
+    "steps_per_epoch",
+]
 
 MODES = ("full", "cluster", "saint")
 _SAMPLERS = ("node", "edge", "walk")
+#: the smallest useful GraphSAINT batch (expected nodes), unless the graph is smaller
+MIN_BATCH_NODES = 16
+#: the longest random walk the walk sampler accepts
+MAX_WALK_LENGTH = 1000
+#: the minibatch keys each mode reads (a key of the other mode is an error, not ignored)
+MODE_KEYS = {
+    "cluster": ("num_parts", "batch_size", "shuffle"),
+    "saint": ("sampler", "budget", "normalize", "num_presample"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +81,12 @@ def resolve_minibatch(raw, mode: str, check_value, Rule) -> Optional[MiniBatchCo
     for key in sec:
         if key not in allowed:
             raise ConfigError(unknown_key_message(str(key), allowed, "minibatch"))
+    unused = [k for k in sec if k not in MODE_KEYS[mode]]
+    if unused:
+        raise ConfigError(
+            f"minibatch.{unused[0]} is not used by train.mode={mode} (it reads "
+            f"{', '.join(MODE_KEYS[mode])}); remove it or choose the mode that uses it."
+        )
     rules = {
         "num_parts": Rule(int, 1),
         "batch_size": Rule(int, 1),
@@ -107,3 +129,56 @@ def steps_per_epoch(mode: str, mb: Optional[MiniBatchConfig], batches_per_epoch)
     if mode == "cluster":
         return math.ceil(mb.num_parts / mb.batch_size)
     return int(batches_per_epoch or 20)
+
+
+def check_sizes(mode: str, mb: MiniBatchConfig, nodes: int, edges: int, train: int) -> None:
+    """Refuse sizes that do not fit the graph (checked once the data are loaded, before
+    anything is sampled): more clusters than nodes, and GraphSAINT budgets whose expected
+    batch holds fewer than ``min(MIN_BATCH_NODES, nodes)`` nodes or no training node, or
+    more than the graph has (``budget`` nodes <= ``nodes``, edges <= ``edges``, roots <=
+    ``nodes``, walk length <= :data:`MAX_WALK_LENGTH`).
+
+    Args:
+        nodes, edges: the graph's node and edge counts (edges without added self-loops).
+        train: the number of training nodes.
+    """
+    if mode == "cluster":
+        if mb.num_parts > nodes:
+            raise ConfigError(
+                f"minibatch.num_parts={mb.num_parts} exceeds the graph's {nodes} nodes; use "
+                f"1 to {nodes} clusters."
+            )
+        return
+    if mode != "saint":
+        return
+    # the fewest nodes a batch must hold on average to carry one training node
+    low = min(nodes, max(MIN_BATCH_NODES, math.ceil(nodes / max(train, 1))))
+    if mb.sampler == "walk":
+        roots, length = mb.budget
+        if length > MAX_WALK_LENGTH:
+            raise ConfigError(
+                f"minibatch.budget={list(mb.budget)}: a walk length of {length} is past "
+                f"{MAX_WALK_LENGTH}; GraphSAINT walks are a few steps (2 to 4)."
+            )
+        expected, unit = roots * (length + 1), "roots x (length + 1)"
+        ok_hi, hi_text = roots <= nodes, f"roots <= {nodes} (the graph's nodes)"
+        shown = list(mb.budget)
+    else:
+        per = 1 if mb.sampler == "node" else 2  # an edge brings up to two nodes
+        expected, unit = mb.budget * per, f"{mb.sampler}s"
+        top = nodes if mb.sampler == "node" else edges
+        ok_hi, hi_text = mb.budget <= top, f"{top} (the graph's {mb.sampler}s)"
+        shown = mb.budget
+    if not ok_hi:
+        raise ConfigError(
+            f"minibatch.budget={shown} is larger than the graph: use at most {hi_text} "
+            f"(train.mode=saint, sampler {mb.sampler})."
+        )
+    if expected < low:
+        need = low if mb.sampler != "edge" else math.ceil(low / 2)
+        raise ConfigError(
+            f"minibatch.budget={shown} is too small to train on: a batch would hold about "
+            f"{expected} node(s) ({unit}), and this graph ({nodes} nodes, {train} training) "
+            f"needs about {low} per batch to hold a training node; use a budget of at least "
+            f"{need if mb.sampler != 'walk' else low} ({unit})."
+        )
