@@ -61,7 +61,7 @@ class OutputLock:
         self.path = os.path.join(out, LOCK)
         self._fd: Optional[int] = None
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         self.acquire()
         return self
 

@@ -154,9 +154,9 @@ def verify_set(cfg, name: str, path: str, state: Optional[dict], run_id: Optiona
     if len(ids) > 1:
         raise ConfigError(f"the checkpoints of {name} come from different runs. {fresh}")
     if ids and ids != {_id_number(run_id)} and run_id is not None:
-        _overridable(resume_anyway, f"the checkpoints of {name} were written by another run "
-                     f"than the one this output directory holds (its run.json; copied from elsewhere?). "
-                     f"{fresh}")  # fmt: skip
+        other = (f"the checkpoints of {name} were written by another run than the one this "
+                 f"output directory holds (its run.json; copied?). {fresh}")  # fmt: skip
+        _overridable(resume_anyway, other)
     if has_id:
         _check_config(cfg, name, path, extra.get("config"), resume_anyway, fresh)
 

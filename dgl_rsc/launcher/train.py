@@ -45,8 +45,8 @@ from ..models import build_model
 from ..nn import attach
 from ..patch import patch
 from .checkpoint import atomic_write_text, claim, save_checkpoint
-from .mb_schema import check_sizes
 from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
+from .mb_schema import check_sizes
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
 from .runid import identity as run_identity
