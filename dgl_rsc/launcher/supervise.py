@@ -3,15 +3,17 @@
 The parent starts torch's launcher with :data:`STATUS_ENV` naming a fresh folder. Each
 worker (:func:`guard`) writes there what became of it, ``rank<R>.json`` with
 ``{"rank", "pid", "time", "kind", "message"}``, and a crash's traceback to ``rank<R>.log``;
-it prints no error itself. ``kind`` is ``ok``, ``config`` (a ConfigError or an output that
-cannot be written: exit 2), ``diverged`` (exit 3), ``interrupted`` (exit 130), ``stopped``
-(SIGTERM), ``peer`` (a collective failed because another rank went away) or ``crash``.
+it prints no error itself. ``kind`` is ``running`` (written at start: still there at the end
+means killed), ``ok``, ``config`` (a ConfigError or an output that cannot be written: exit
+2), ``diverged`` (exit 3), ``interrupted`` (exit 130), ``peer`` (a collective failed because
+another rank went away) or ``crash``.
 
 The parent relays the workers' stderr (their warnings) but keeps torch's launcher lines and
 tracebacks in ``launcher.log`` of that folder (all of it with ``--verbose``), then names the
-cause (:func:`verdict`): the first config error, else the first crash, else a rank that
-left no record (killed: SIGKILL, out of memory), else the first rank stopped by a signal,
-else the first failed exchange. The folder is removed after a run that succeeded and kept,
+cause (:func:`verdict`): the first config error, else the first crash, else a rank that was
+killed (its record still says ``running``) and that the launcher did not stop itself (the
+launcher log names the processes it stopped after the first failure), else the first failed
+exchange. The folder is removed after a run that succeeded and kept,
 with its path in the message, after one that failed.
 """
 
@@ -78,25 +80,21 @@ def _one_line(exc: BaseException) -> str:
 def guard(folder: str, body: Callable[[], int], classify: Callable[[BaseException], str]) -> int:
     """Run ``body()`` in a managed worker and report its end to ``folder``.
 
-    ``classify(exc)`` names the kind of an exception (``config``, ``diverged``, ...; anything
-    else is a ``crash`` or, for a failed exchange, ``peer``). Returns the exit code (2 for
-    config, 3 diverged, 130 interrupted, 1 otherwise); nothing is printed.
+    A ``running`` record is written first (a rank whose record still says so at the end was
+    killed). ``classify(exc)`` names the kind of an exception (``config``, ``diverged``;
+    anything else is a ``crash`` or, for a failed exchange, ``peer``). Returns the exit code
+    (2 config, 3 diverged, 130 interrupted, 1 otherwise); nothing is printed. SIGTERM keeps
+    its default action: a worker blocked in a collective could not run a Python handler,
+    and the launcher would wait 30 s before killing it.
     """
     rank = int(os.environ["RANK"])
-
-    def on_term(signum, frame):
-        _write(folder, rank, "stopped", f"rank {rank} was stopped by {signal.Signals(signum).name}")
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
+    _write(folder, rank, "running")
     try:
         code = body()
     except KeyboardInterrupt:
         _write(folder, rank, "interrupted", "interrupted")
         return 130
-    except BaseException as exc:  # every way a worker ends is reported, none printed
-        if isinstance(exc, SystemExit):
-            raise
+    except Exception as exc:  # every way a worker ends is reported, none printed
         kind = classify(exc)
         if kind not in ("config", "diverged"):
             text = str(exc).lower()
@@ -171,6 +169,31 @@ def _records(folder: str) -> dict:
     return out
 
 
+def _launcher_facts(folder: str) -> tuple:
+    """From torch's launcher log: the pids it stopped itself (bystanders of a failure) and
+    ``{rank: exit code}`` of the failures it reported."""
+    try:
+        with open(os.path.join(folder, "launcher.log"), encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return set(), {}
+    stopped = {int(p) for p in re.findall(r"Sending process (\d+) closing signal", text)}
+    codes = {int(r): int(c) for c, r in
+             re.findall(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", text)}  # fmt: skip
+    return stopped, codes
+
+
+def _how(code: Optional[int]) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    if code is not None:
+        return f"exited with {code} without a word"
+    return "ended without a word (killed by a signal, or out of memory)"
+
+
 def verdict(folder: str, nproc: int, code: int) -> Outcome:
     """The cause of the run's end from the workers' records (see the module docstring)."""
     recs = _records(folder)
@@ -190,19 +213,19 @@ def verdict(folder: str, nproc: int, code: int) -> Outcome:
         log = os.path.join(folder, f"rank{rec['rank']}.log")
         return Outcome(1, f"rank {rec['rank']} crashed ({rec['message']}); this is a dgl-rsc "
                        f"bug, please report it with its traceback: {log}", rec["rank"])  # fmt: skip
-    silent = [r for r in range(nproc) if r not in recs]
-    if silent:
-        who = ", ".join(f"rank {r}" for r in silent)
-        return Outcome(1, f"{who} ended without a word (killed by a signal such as SIGKILL, or "
-                       "out of memory); the other ranks were stopped. Launcher log: "
-                       f"{os.path.join(folder, 'launcher.log')}", silent[0])  # fmt: skip
     if code == 130 or first("interrupted") is not None:
         return Outcome(130, "interrupted")
-    rec = first("stopped")
-    if rec is not None:
-        return Outcome(1, f"{rec['message']} (the first to stop; the other ranks were stopped "
-                       f"after it). Logs: {folder}", rec["rank"])  # fmt: skip
+    stopped, codes = _launcher_facts(folder)
+    silent = [r for r in range(nproc) if recs.get(r, {}).get("kind", "running") == "running"]
+    # a silent rank the launcher did not stop itself died first; the others were stopped
+    culprits = [r for r in silent if recs.get(r, {}).get("pid") not in stopped]
+    culprits = culprits or [r for r in codes if r in silent] or silent
+    log = os.path.join(folder, "launcher.log")
+    if culprits:
+        r = culprits[0]
+        return Outcome(1, f"rank {r} {_how(codes.get(r))}; the launcher stopped the other "
+                       f"ranks. Its log: {log}", r)  # fmt: skip
     rec = first("peer")
     if rec is not None:
         return Outcome(1, f"rank {rec['rank']}: {rec['message']}. Logs: {folder}", rec["rank"])
-    return Outcome(code or 1, f"the launcher exited with {code}. Logs: {folder}")
+    return Outcome(code or 1, f"the launcher exited with {code}. Its log: {log}")
