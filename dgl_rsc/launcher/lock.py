@@ -23,7 +23,7 @@ import time
 from typing import Optional
 
 from ..config import ConfigError
-from .checkpoint import LOCK
+from .checkpoint import LOCK, OutputWriteError
 
 __all__ = ["LOCK", "HELD_ENV", "OutputLock", "held_for_me"]
 
@@ -69,6 +69,14 @@ class OutputLock:
         self.release()
 
     def acquire(self) -> None:
+        try:
+            self._acquire()
+        except OSError as exc:
+            if isinstance(exc, OutputWriteError):
+                raise
+            raise OutputWriteError(self.path, exc) from None
+
+    def _acquire(self) -> None:
         os.makedirs(self.out, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
