@@ -1,9 +1,16 @@
 """``dgl-rsc``: the command line (``run`` trains from a YAML config, ``show`` prints it).
 
-Exit codes: 0 done; 2 bad command line, config, data, output directory or checkpoint (one
-line on stderr, no traceback; checked before any training where possible); 3 a run diverged
-(its training loss became NaN or infinite; what was written is kept); 130 interrupted (the
-message prints the full command that continues the run).
+Exit codes: 0 done; 2 bad command line, config, data, output directory or checkpoint, or an
+output that cannot be written (a full disk) (one line on stderr, no traceback; checked before
+any training where possible); 3 a run diverged (its training loss became NaN or infinite;
+what was written is kept); 130 interrupted (the message prints the full command that
+continues the run); 1 a crash of dgl-rsc itself (with ``--nproc``: the rank and its log).
+
+With ``--nproc N`` the same holds: the parent checks the config, the environment, the device,
+the backend and the graph before it starts a worker, and turns the workers' end into one of
+the lines above (:mod:`~dgl_rsc.launcher.supervise`). One run writes an output directory at a
+time (:mod:`~dgl_rsc.launcher.lock`); a resume checks every rank's checkpoint as a set
+(:mod:`~dgl_rsc.launcher.runid`).
 """
 
 from __future__ import annotations
@@ -54,8 +61,11 @@ examples:
 The output directory (default runs/<config name>) receives config.yaml, results.json,
 metrics.csv, summary.png and table.txt, listed in its .dgl-rsc-manifest.json. A non-empty
 directory is refused unless --force, which removes only the files that manifest lists (other
-files stay; a directory without it is refused). Relative paths in the config (dataset.root,
-dataset.path) are resolved against the current directory."""
+files stay; a directory without it is refused). A directory another live run writes is
+refused (its .dgl-rsc-lock names the pid). --resume checks the checkpoints (every rank's, one
+run, one epoch, the same config) before training; --resume-anyway accepts another config.
+Relative paths in the config (dataset.root, dataset.path) are resolved against the current
+directory."""
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:

@@ -56,11 +56,16 @@ class MiniBatchConfig:
     budget: object = 3000
     normalize: bool = True
     num_presample: Optional[int] = None
+    mode: Optional[str] = None  # train.mode (set by resolve_minibatch; not a key of the section)
 
     def to_dict(self) -> dict:
+        """The section as a config holds it: the keys its mode reads (all without a mode)."""
         out = dataclasses.asdict(self)
+        mode = out.pop("mode")
         if isinstance(self.budget, tuple):
             out["budget"] = list(self.budget)
+        if mode in MODE_KEYS:
+            out = {k: v for k, v in out.items() if k in MODE_KEYS[mode]}
         return out
 
 
@@ -77,7 +82,7 @@ def resolve_minibatch(raw, mode: str, check_value, Rule) -> Optional[MiniBatchCo
     sec = {} if sec is None else sec
     if not isinstance(sec, dict):
         raise ConfigError(f"minibatch must be a mapping of keys to values, got {sec!r}.")
-    allowed = [f.name for f in dataclasses.fields(MiniBatchConfig)]
+    allowed = [f.name for f in dataclasses.fields(MiniBatchConfig) if f.name != "mode"]
     for key in sec:
         if key not in allowed:
             raise ConfigError(unknown_key_message(str(key), allowed, "minibatch"))
@@ -96,7 +101,7 @@ def resolve_minibatch(raw, mode: str, check_value, Rule) -> Optional[MiniBatchCo
         "num_presample": Rule(int, 1, optional=True),
     }
     out = {k: check_value(f"minibatch.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
-    cfg = MiniBatchConfig(**out)
+    cfg = MiniBatchConfig(**out, mode=mode)
     if mode == "cluster" and cfg.batch_size > cfg.num_parts:
         raise ConfigError(
             f"minibatch.batch_size={cfg.batch_size} exceeds minibatch.num_parts="
