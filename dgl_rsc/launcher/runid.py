@@ -92,9 +92,11 @@ def _id_number(run_id) -> float:
 
 
 def verify_set(cfg, name: str, path: str, state: Optional[dict], run_id: Optional[str],
-               dist, resume_anyway: bool = False) -> None:  # fmt: skip
+               dist, resume_anyway: bool = False, finished: bool = False) -> None:  # fmt: skip
     """Check the checkpoint set of run ``name`` (see the module docstring); ``path`` is this
-    rank's checkpoint and ``state`` its content (``None`` when it does not exist).
+    rank's checkpoint and ``state`` its content (``None`` when it does not exist). Called on
+    every rank for every run of the plan (a collective), ``finished`` when this rank sees
+    the run's record: then nothing is checked.
 
     Raises:
         ConfigError: what is wrong and what to do (the same on every rank).
@@ -107,8 +109,11 @@ def verify_set(cfg, name: str, path: str, state: Optional[dict], run_id: Optiona
         float(extra.get("rank", -2)) if has_id else -2.0,
         float(extra.get("world_size", 0)) if has_id else 0.0,
         _id_number(extra.get("run_id")) if has_id else 0.0,
+        float(finished),
     ]
     rows = _gather(row, dist)
+    if any(r[5] for r in rows):
+        return
     world = 1 if dist is None else dist.world_size
     exists = [int(r[0]) for r in rows]
     if not any(exists):

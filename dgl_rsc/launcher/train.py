@@ -426,13 +426,13 @@ def run_experiment(
     ident = run_identity(cfg, run_id, dist)
     for (seed, method), (record, ckpt) in paths.items():
         name = f"{method}-seed{seed}"
+        state = None
         if os.path.exists(record):
             done[seed, method] = read_record(record, prep, name)
-            continue
-        state = None
-        if os.path.exists(ckpt):  # loaded again on its turn
+        elif os.path.exists(ckpt):  # loaded again on its turn
             state = read_checkpoint(ckpt, prep, name, map_location="cpu")
-        verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway)  # every rank's together
+        finished = (seed, method) in done  # every rank checks every run's set together:
+        verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway, finished)
     records = []
     for seed, method in plan:
         if (seed, method) not in done:
