@@ -170,7 +170,8 @@ def check_sizes(mode: str, mb: MiniBatchConfig, nodes: int, edges: int, train: i
         shown = list(mb.budget)
     else:
         per = 1 if mb.sampler == "node" else 2  # an edge brings up to two nodes
-        expected, unit = mb.budget * per, f"{mb.sampler}s"
+        expected = mb.budget * per
+        unit = "the node budget" if per == 1 else "two per sampled edge"
         top = nodes if mb.sampler == "node" else edges
         ok_hi, hi_text = mb.budget <= top, f"{top} (the graph's {mb.sampler}s)"
         shown = mb.budget
@@ -180,10 +181,12 @@ def check_sizes(mode: str, mb: MiniBatchConfig, nodes: int, edges: int, train: i
             f"(train.mode=saint, sampler {mb.sampler})."
         )
     if expected < low:
-        need = low if mb.sampler != "edge" else math.ceil(low / 2)
+        need = {"node": low, "edge": math.ceil(low / 2)}.get(mb.sampler)
+        fix = (f"use a budget of at least {need} {mb.sampler}s" if need is not None else
+               f"use roots x (walk length + 1) >= {low}")  # fmt: skip
         raise ConfigError(
             f"minibatch.budget={shown} is too small to train on: a batch would hold about "
-            f"{expected} node(s) ({unit}), and this graph ({nodes} nodes, {train} training) "
-            f"needs about {low} per batch to hold a training node; use a budget of at least "
-            f"{need if mb.sampler != 'walk' else low} ({unit})."
+            f"{expected} nodes ({unit}); the smallest useful batch here is {low} nodes (at "
+            f"least {MIN_BATCH_NODES}, and enough to expect one of the {train} training nodes "
+            f"among the graph's {nodes}); {fix}."
         )

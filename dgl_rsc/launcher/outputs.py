@@ -9,8 +9,7 @@ import shlex
 import tempfile
 
 from ..config import ConfigError
-from .checkpoint import MANIFEST, OUTPUTS, foreign_entries, manifest_files
-from .lock import LOCK
+from .checkpoint import LOCK, MANIFEST, OUTPUTS, foreign_entries, manifest_files
 from .yaml_io import load_yaml
 
 __all__ = ["check_location", "output_dir", "resume_command", "some", "PARTITION_CACHE"]
