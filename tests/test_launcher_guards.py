@@ -429,3 +429,21 @@ def test_run_cli_full_disk_message_is_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot write" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_the_relay_passes_warnings_and_keeps_the_launcher_talk_in_the_log(capsys):
+    import io
+
+    text = (
+        "WARNING dgl_rsc.launcher.cli: kept 1 entries dgl-rsc did not write: notes.txt\n"
+        "[2026-11-25 06:20:10,501] torch.distributed.elastic.multiprocessing.api: [WARNING] x\n"
+        "W1125 06:20:10.501000 11416 torch/distributed/elastic/multiprocessing/api.py:897] x\n"
+        "*****************************************\n"
+        "Traceback (most recent call last):\n"
+        '  File "run.py", line 1\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    )
+    log = io.StringIO()
+    supervise._relay(io.StringIO(text), log)
+    assert log.getvalue() == text  # everything is kept in the log
+    assert capsys.readouterr().err == text.splitlines(keepends=True)[0]  # only the warning

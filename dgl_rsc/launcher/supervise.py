@@ -37,8 +37,10 @@ __all__ = ["STATUS_ENV", "Outcome", "supervise", "verdict", "guard", "managed_wo
 
 #: the folder a worker reports to (set by the parent ``dgl-rsc run --nproc``)
 STATUS_ENV = "DGL_RSC_STATUS_DIR"
+#: what torch's launcher itself logs (torch 2.2: "[time] torch.distributed...", newer:
+#: "W1125 06:20:10.501000 pid torch/distributed/elastic/...") and its OMP_NUM_THREADS banner
 _LAUNCHER_LINE = re.compile(
-    r"^(\[[^\]]*\]\s*)?((WARNING|ERROR|INFO|DEBUG|CRITICAL):)?\s*torch\.distributed"
+    r"torch[./]distributed[./](elastic|run|launcher)|^[WEI]\d{4} \d\d:\d\d:\d\d"
     r"|^\*{10,}\s*$|^Setting OMP_NUM_THREADS"
 )
 _PEER_TEXT = ("connection closed", "connection reset", "broken pipe", "gloo", "nccl",
