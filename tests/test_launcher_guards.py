@@ -438,6 +438,7 @@ def test_the_relay_passes_warnings_and_keeps_the_launcher_talk_in_the_log(capsys
         "WARNING dgl_rsc.launcher.cli: kept 1 entries dgl-rsc did not write: notes.txt\n"
         "[2026-11-25 06:20:10,501] torch.distributed.elastic.multiprocessing.api: [WARNING] x\n"
         "W1125 06:20:10.501000 11416 torch/distributed/elastic/multiprocessing/api.py:897] x\n"
+        "[rank1]:[E1125 06:41:30.885223055 ProcessGroupGloo.cpp:69] Rank 1 reached\n"
         "*****************************************\n"
         "Traceback (most recent call last):\n"
         '  File "run.py", line 1\n'
@@ -447,3 +448,17 @@ def test_the_relay_passes_warnings_and_keeps_the_launcher_talk_in_the_log(capsys
     supervise._relay(io.StringIO(text), log)
     assert log.getvalue() == text  # everything is kept in the log
     assert capsys.readouterr().err == text.splitlines(keepends=True)[0]  # only the warning
+
+
+def test_verdict_names_a_rank_killed_before_it_wrote_a_record(tmp_path):
+    """Killed while importing: no record at all; the launcher's log (torch >= 2.4 format)
+    still tells the stopped bystanders from the rank that died."""
+    head = "W1125 06:42:36.301000 18280 torch/distributed/elastic/multiprocessing/api.py:1028]"
+    log = "".join(f"{head} Sending process {p} closing signal SIGTERM\n" for p in (50, 51, 53))
+    log += ("E1125 06:42:36.392000 18280 torch/distributed/elastic/multiprocessing/api.py:1002] "
+            "failed (exitcode: -9) local_rank: 2 (pid: 52) of binary: python\n")  # fmt: skip
+    log += "".join(f"  rank      : {r} (local_rank: {r})\n  exitcode  : -15 (pid: {50 + r})\n"
+                   for r in (0, 1, 3))  # fmt: skip
+    (tmp_path / "launcher.log").write_text(log)
+    out = supervise.verdict(str(tmp_path), 4, 1)
+    assert (out.code, out.rank) == (1, 2) and "was killed by SIGKILL" in out.message

@@ -38,9 +38,10 @@ __all__ = ["STATUS_ENV", "Outcome", "supervise", "verdict", "guard", "managed_wo
 #: the folder a worker reports to (set by the parent ``dgl-rsc run --nproc``)
 STATUS_ENV = "DGL_RSC_STATUS_DIR"
 #: what torch's launcher itself logs (torch 2.2: "[time] torch.distributed...", newer:
-#: "W1125 06:20:10.501000 pid torch/distributed/elastic/...") and its OMP_NUM_THREADS banner
+#: "W1125 06:20:10.501000 pid torch/distributed/elastic/...", and the process group's own
+#: "[rank1]:[E1125 06:41:30...] ProcessGroupGloo..."), and its OMP_NUM_THREADS banner
 _LAUNCHER_LINE = re.compile(
-    r"torch[./]distributed[./](elastic|run|launcher)|^[WEI]\d{4} \d\d:\d\d:\d\d"
+    r"torch[./]distributed[./](elastic|run|launcher)|^(\[rank\d+\]:)?\[?[WEI]\d{4} \d\d:\d\d:\d\d"
     r"|^\*{10,}\s*$|^Setting OMP_NUM_THREADS"
 )
 _PEER_TEXT = ("connection closed", "connection reset", "broken pipe", "gloo", "nccl",
@@ -172,17 +173,23 @@ def _records(folder: str) -> dict:
 
 
 def _launcher_facts(folder: str) -> tuple:
-    """From torch's launcher log: the pids it stopped itself (bystanders of a failure) and
-    ``{rank: exit code}`` of the failures it reported."""
+    """From torch's launcher log: the pids it stopped itself (bystanders of a failure),
+    ``{rank: exit code}`` and ``{rank: pid}`` of the failures it reported."""
     try:
         with open(os.path.join(folder, "launcher.log"), encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError:
-        return set(), {}
+        return set(), {}, {}
     stopped = {int(p) for p in re.findall(r"Sending process (\d+) closing signal", text)}
-    codes = {int(r): int(c) for c, r in
-             re.findall(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+)", text)}  # fmt: skip
-    return stopped, codes
+    codes, pids = {}, {}
+    for c, r, p in re.findall(r"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)",
+                              text):  # fmt: skip
+        codes[int(r)], pids[int(r)] = int(c), int(p)
+    block = r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)"
+    for r, c, p in re.findall(block, text):
+        codes.setdefault(int(r), int(c))
+        pids.setdefault(int(r), int(p))
+    return stopped, codes, pids
 
 
 def _how(code: Optional[int]) -> str:
@@ -217,10 +224,10 @@ def verdict(folder: str, nproc: int, code: int) -> Outcome:
                        f"bug, please report it with its traceback: {log}", rec["rank"])  # fmt: skip
     if code == 130 or first("interrupted") is not None:
         return Outcome(130, "interrupted")
-    stopped, codes = _launcher_facts(folder)
+    stopped, codes, pids = _launcher_facts(folder)
     silent = [r for r in range(nproc) if recs.get(r, {}).get("kind", "running") == "running"]
     # a silent rank the launcher did not stop itself died first; the others were stopped
-    culprits = [r for r in silent if recs.get(r, {}).get("pid") not in stopped]
+    culprits = [r for r in silent if recs.get(r, {}).get("pid", pids.get(r)) not in stopped]
     culprits = culprits or [r for r in codes if r in silent] or silent
     log = os.path.join(folder, "launcher.log")
     if culprits:
