@@ -112,3 +112,176 @@ def test_the_api_example_trains(tmp_path):
     phases = [x[5] for x in lines]
     assert "approx" in phases and phases[-1] == "exact" and loss[-1] < loss[0]
     assert any(name.endswith(".npz") for name in os.listdir(tmp_path / "parts"))  # cached
+
+
+# -- issue 23: distributed errors read like single-process ones, checkpoint sets ------------
+def _workers(nproc: int) -> dict:
+    """``{rank: pid}`` of the running ``dgl-rsc --nproc`` workers (Linux ``/proc``)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if (
+            b"DGL_RSC_STATUS_DIR" in env
+            and b"RANK" in env
+            and b"torch.distributed.run" not in (cmdline)
+        ):
+            found[int(env[b"RANK"])] = int(pid)
+    return found
+
+
+@pytest.mark.parametrize("nproc, victim", [(2, 1), (4, 2), (4, 0)])
+def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
+    import signal
+    import subprocess
+    import sys
+
+    from .test_distributed import ENV
+
+    cfg = write_config(tmp_path, train={"epochs": 2000, "checkpoint_every": 1})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(out), "--no-progress",
+           "--nproc", str(nproc)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # every worker up and training
+            workers = _workers(nproc)
+            if len(workers) == nproc and (out / "checkpoints").is_dir():
+                break
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(workers[victim], signal.SIGKILL)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - start < 60
+    assert proc.returncode == 1
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err and "ChildFailedError" not in err
+    assert lines[-1].startswith("python -m dgl_rsc run: error: rank %d was killed by SIGKILL"
+                                % victim), err[-2000:]  # fmt: skip
+
+
+def test_a_crash_in_a_worker_names_the_rank_and_the_log(tmp_path):
+    import subprocess
+    import sys
+
+    from .test_distributed import ENV
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(  # a bug in rank 1's optimizer step
+        "import os\nif os.environ.get('RANK') == '1':\n"
+        "    import torch\n    def step(self, *a, **k):\n"
+        "        raise ZeroDivisionError('a bug on purpose')\n"
+        "    torch.optim.Adam.step = step\n"
+    )  # fmt: skip
+    cfg = write_config(tmp_path)
+    env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
+    cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(tmp_path / "out"),
+           "--no-progress", "--nproc", "2"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "rank 1 crashed (ZeroDivisionError: a bug on purpose)" in line
+    log = line.rsplit(" ", 1)[-1]
+    assert log.endswith("rank1.log") and "ZeroDivisionError" in open(log).read()
+
+
+def _set_of_two(tmp_path, name):
+    """A finished 2-rank run whose rsc run is made unfinished again (its record removed):
+    its checkpoints (epoch 4 on both ranks) are a set to resume from."""
+    cfg = write_config(tmp_path, rsc={"budget": 0.5}, train={"epochs": 4, "checkpoint_every": 2})
+    out = tmp_path / name
+    proc = dgl_rsc(cfg, "--out", str(out), "--nproc", "2", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    os.remove(out / "runs" / "rsc-seed0.json")
+    return cfg, out
+
+
+def test_resume_verifies_every_ranks_checkpoint_before_training(tmp_path):
+    cfg, out = _set_of_two(tmp_path, "base")
+    ck = out / "checkpoints"
+    cases = {}
+    import shutil
+
+    for name in ("missing", "swapped", "single", "epochs", "other_run"):
+        shutil.copytree(out, tmp_path / name)
+        cases[name] = tmp_path / name / "checkpoints"
+    os.remove(cases["missing"] / "rsc-seed0.rank1.pt")
+    a, b = cases["swapped"] / "rsc-seed0.rank0.pt", cases["swapped"] / "rsc-seed0.rank1.pt"
+    a.rename(tmp_path / "tmp.pt")
+    b.rename(a)
+    (tmp_path / "tmp.pt").rename(b)
+    one = write_config(tmp_path, rsc={"budget": 0.5}, train={"epochs": 4, "checkpoint_every": 2},
+                       distributed=None)  # fmt: skip
+    assert dgl_rsc(one, "--out", str(tmp_path / "one")).returncode == 0
+    for r in (0, 1):
+        shutil.copy(tmp_path / "one" / "checkpoints" / "rsc-seed0.pt",
+                    cases["single"] / f"rsc-seed0.rank{r}.pt")  # fmt: skip
+    state = torch.load(ck / "rsc-seed0.rank1.pt", weights_only=True)
+    state["epoch"] = 2
+    torch.save(state, cases["epochs"] / "rsc-seed0.rank1.pt")
+    (tmp_path / "other_run" / "run.json").write_text('{"run_id": "0123456789abcdef"}')
+    words = {
+        "missing": "are not a complete set: rank(s) [1] have none",
+        "swapped": "for rank 0 of 2 processes was written by rank 1 of 2 processes",
+        "single": "was written by one process",
+        "epochs": "are from different epochs (rank 0: 4, rank 1: 2)",
+        "other_run": "were written by another run",
+    }
+    for name, text in words.items():
+        proc = dgl_rsc(cfg, "--resume", str(tmp_path / name), "--nproc", "2", timeout=600)
+        assert proc.returncode == 2, (name, proc.stderr[-3000:])
+        assert proc.stderr.count(text) == 1, (name, proc.stderr[-3000:])
+        assert "Traceback" not in proc.stderr
+        assert not (tmp_path / name / "runs" / "rsc-seed0.json").exists()  # nothing trained
+    proc = dgl_rsc(cfg, "--resume", str(out), "--nproc", "2", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_ctrl_c_of_a_distributed_run_prints_a_continue_command_that_works(tmp_path):
+    import shlex
+    import signal
+    import subprocess
+    import sys
+
+    from .test_distributed import ENV
+
+    cfg = write_config(tmp_path, train={"epochs": 60, "checkpoint_every": 1})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(out), "--no-progress",
+           "--nproc", "2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not list((out / "checkpoints").glob("exact-seed0.rank1.pt")):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    line = [ln for ln in err.splitlines() if "continue with:" in ln][-1]
+    words = shlex.split(line.split("continue with:", 1)[1])
+    assert words[words.index("--nproc") + 1] == "2" and words[words.index("--resume") + 1] == str(
+        out
+    )
+    words = [*words[3:]]  # drop "python -m dgl_rsc": run it with this interpreter
+    cont = subprocess.run([sys.executable, "-m", "dgl_rsc", *words], capture_output=True,
+                          text=True, env=ENV, timeout=900)  # fmt: skip
+    assert cont.returncode == 0, cont.stderr[-3000:]
+    assert (out / "results.json").exists()

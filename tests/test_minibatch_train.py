@@ -77,7 +77,8 @@ def test_switch_counts_optimizer_steps_across_batches():
         (["train.mode=full"], "train.mode is full"),
         (["train.batches_per_epoch=5"], "does not apply to cluster mode"),
         (["train.mode=saint", "minibatch={sampler: walk, budget: 5}"], "[roots, walk length]"),
-        (["minibatch.sampler=nodes"], "Did you mean 'node'"),
+        (["train.mode=saint", "minibatch={sampler: nodes}"], "Did you mean 'node'"),
+        (["minibatch.sampler=node"], "minibatch.sampler is not used by train.mode=cluster"),
     ],
 )
 def test_configuration_errors(sets, fragment):

@@ -15,6 +15,7 @@ import pytest
 
 from dgl_rsc.launcher import cli, train
 from dgl_rsc.launcher.checkpoint import (
+    LOCK,
     MANIFEST,
     atomic_write_text,
     claim,
@@ -80,7 +81,7 @@ def test_force_removes_only_the_files_of_the_manifest(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["run", cfg, "--out", str(out), "--no-progress"]) == 0
     listed = manifest_files(str(out))
-    written = set(tree(out)) - {MANIFEST}
+    written = set(tree(out)) - {MANIFEST, LOCK}  # the two control files are not outputs
     assert set(listed) == written  # every file the run wrote is listed, and nothing else
     assert {"config.yaml", "results.json", "runs/rsc-seed0.json", "checkpoints/rsc-seed0.pt"} <= (
         written
@@ -93,7 +94,7 @@ def test_force_removes_only_the_files_of_the_manifest(tmp_path, capsys):
     after = tree(out)
     assert all(after[rel] == data for rel, data in mine.items())
     assert "runs/exact-seed0.json" not in after and "runs/exact-seed3.json" in after
-    assert set(manifest_files(str(out))) == set(after) - set(mine) - {MANIFEST}
+    assert set(manifest_files(str(out))) == set(after) - set(mine) - {MANIFEST, LOCK}
     capsys.readouterr()
 
 

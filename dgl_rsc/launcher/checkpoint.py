@@ -18,6 +18,7 @@ without running any of its code.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -30,6 +31,8 @@ import torch
 
 __all__ = [
     "MANIFEST",
+    "LOCK",
+    "OutputWriteError",
     "atomic_write",
     "atomic_write_text",
     "claim",
@@ -44,10 +47,11 @@ __all__ = [
 ]
 
 MANIFEST = ".dgl-rsc-manifest.json"
+LOCK = ".dgl-rsc-lock"  # the output directory's lock (dgl_rsc.launcher.lock)
 TMP_PREFIX = ".dgl-rsc-tmp-"
 #: the relative paths a manifest may list: the launcher's own outputs, nothing else
 OUTPUTS = re.compile(
-    r"(config\.yaml|results\.json|metrics\.csv|summary\.png|table\.txt"
+    r"(config\.yaml|run\.json|results\.json|metrics\.csv|summary\.png|table\.txt"
     r"|runs/[\w.-]+\.json|checkpoints/[\w.-]+\.pt)"
 )
 _TEMP = re.compile(re.escape(TMP_PREFIX) + r"[0-9a-f]{16}-[\w.-]+")
@@ -74,10 +78,31 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> N
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, OutputWriteError):
+            raise OutputWriteError(path, exc) from None
         raise
+
+
+class OutputWriteError(OSError):
+    """Writing an output failed (a full disk, a quota, an I/O error); the target is as it was
+    before (the temporary file is removed). The message is one line naming the path."""
+
+    def __init__(self, path: str, cause: OSError):
+        code = errno.errorcode.get(cause.errno, "") if cause.errno else ""
+        reason = cause.strerror or str(cause) or type(cause).__name__
+        super().__init__(
+            cause.errno,
+            f"cannot write {path}: {reason}{f' ({code})' if code else ''}; it was left as it "
+            "was (no half-written file). Free space there or choose another --out, then run "
+            "again (--resume continues from the last checkpoint).",
+        )
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.strerror
 
 
 def atomic_write_text(path: str, text: str) -> None:
@@ -171,7 +196,7 @@ def foreign_entries(out_dir: str) -> list:
     """What ``out_dir`` holds that dgl-rsc did not write (relative paths, sorted); entries
     of ``runs/`` and ``checkpoints/`` are listed one by one."""
     owned = {r for r in manifest_files(out_dir) or [] if _owned_path(out_dir, r)}
-    owned.add(MANIFEST)
+    owned.update((MANIFEST, LOCK))
     out = []
     for name in sorted(os.listdir(out_dir)):
         path = os.path.join(out_dir, name)

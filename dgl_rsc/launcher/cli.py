@@ -1,9 +1,16 @@
 """``dgl-rsc``: the command line (``run`` trains from a YAML config, ``show`` prints it).
 
-Exit codes: 0 done; 2 bad command line, config, data, output directory or checkpoint (one
-line on stderr, no traceback; checked before any training where possible); 3 a run diverged
-(its training loss became NaN or infinite; what was written is kept); 130 interrupted (the
-message prints the full command that continues the run).
+Exit codes: 0 done; 2 bad command line, config, data, output directory or checkpoint, or an
+output that cannot be written (a full disk) (one line on stderr, no traceback; checked before
+any training where possible); 3 a run diverged (its training loss became NaN or infinite;
+what was written is kept); 130 interrupted (the message prints the full command that
+continues the run); 1 a crash of dgl-rsc itself (with ``--nproc``: the rank and its log).
+
+With ``--nproc N`` the same holds: the parent checks the config, the environment, the device,
+the backend and the graph before it starts a worker, and turns the workers' end into one of
+the lines above (:mod:`~dgl_rsc.launcher.supervise`). One run writes an output directory at a
+time (:mod:`~dgl_rsc.launcher.lock`); a resume checks every rank's checkpoint as a set
+(:mod:`~dgl_rsc.launcher.runid`).
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ import time
 from typing import Callable, Optional, Sequence
 
 from ..config import ConfigError
+from .checkpoint import OutputWriteError
 from .outputs import PARTITION_CACHE, output_dir, resume_command, some
+from .supervise import guard, managed_worker
 from .yaml_io import (
     StrictLoader,
     apply_overrides,
@@ -52,8 +61,11 @@ examples:
 The output directory (default runs/<config name>) receives config.yaml, results.json,
 metrics.csv, summary.png and table.txt, listed in its .dgl-rsc-manifest.json. A non-empty
 directory is refused unless --force, which removes only the files that manifest lists (other
-files stay; a directory without it is refused). Relative paths in the config (dataset.root,
-dataset.path) are resolved against the current directory."""
+files stay; a directory without it is refused). A directory another live run writes is
+refused (its .dgl-rsc-lock names the pid). --resume checks the checkpoints (every rank's, one
+run, one epoch, the same config) before training; --resume-anyway accepts another config.
+Relative paths in the config (dataset.root, dataset.path) are resolved against the current
+directory."""
 
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
@@ -89,6 +101,11 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
         "--force", action="store_true",
         help="replace the run in --out (removes only the files dgl-rsc wrote there)",
     )  # fmt: skip
+    run.add_argument(
+        "--resume-anyway", action="store_true",
+        help="with --resume: continue even though the checkpoints were written under another "
+        "config (train.lr, ...) or run; the differences are logged",
+    )  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     show = sub.add_parser(
@@ -109,11 +126,12 @@ def _positive(text: str) -> int:
     return value
 
 
-def _sets(args) -> list:
-    sets = list(args.sets)
+def _sets(args, nproc: bool = True) -> list:
+    """The ``--set`` values with ``--device`` (and ``--nproc`` unless ``nproc=False``)."""
+    sets = list(args.sets) if nproc else []
     if getattr(args, "device", None):
         sets.append(f"train.device={args.device}")
-    if getattr(args, "nproc", None):
+    if nproc and getattr(args, "nproc", None):
         sets.append(f"distributed.partitions={args.nproc}")
     return sets
 
@@ -125,23 +143,9 @@ def _run(args, prog: str, on_epoch_end) -> int:
     descheduled sibling."""
     import torch
 
-    from ..distributed.runtime import launched_by_torchrun
-
+    if args.nproc:
+        return _run_parent(args, prog)
     cfg = load_config(args.config, _sets(args))
-    if args.nproc and not launched_by_torchrun():
-        from .dist_launch import spawn, worker_command
-
-        out = output_dir(args, cfg)  # checked here, before any worker starts
-        cmd = worker_command(args.argv, args.nproc, out)
-        print(f"# dgl-rsc: starting {args.nproc} workers: {' '.join(cmd[1:])}", flush=True)
-        code = spawn(cmd)
-        if code == 130:
-            print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
-                  file=sys.stderr)  # fmt: skip
-        elif code:
-            print(f"{prog} run: error: a worker failed (exit {code}); its message is above.",
-                  file=sys.stderr)  # fmt: skip
-        return code
     before = torch.get_num_threads()
     if cfg.train.threads is not None:
         torch.set_num_threads(cfg.train.threads)
@@ -151,16 +155,39 @@ def _run(args, prog: str, on_epoch_end) -> int:
         torch.set_num_threads(before)
 
 
+def _run_parent(args, prog: str) -> int:
+    """``--nproc N``: check everything a worker would (nothing written, nothing started),
+    hold the output directory's lock, start the workers and report their end as one line."""
+    from .checkpoint import claim
+    from .dist_launch import worker_command
+    from .lock import HELD_ENV, OutputLock
+    from .preflight import check_distributed, check_environment, check_nproc
+    from .supervise import supervise
+
+    check_environment(args.nproc)
+    given = load_config(args.config, [*args.sets, *_sets(args, nproc=False)])
+    check_nproc(args.nproc, given.distributed and given.distributed.partitions)
+    cfg = load_config(args.config, _sets(args))
+    check_distributed(cfg, args.nproc)
+    out = output_dir(args, cfg)
+    with OutputLock(out):
+        out = output_dir(args, cfg)  # again under the lock: another run may have finished
+        if not args.resume:
+            claim(out)  # an (empty) manifest now: whatever the workers leave, --force cleans
+        cmd = worker_command(args.argv, args.nproc, out)
+        print(f"# dgl-rsc: starting {args.nproc} workers: {' '.join(cmd[1:])}", flush=True)
+        outcome, _ = supervise(cmd, {HELD_ENV: os.path.abspath(out)}, args.nproc, args.verbose)
+    if outcome.code == 130:
+        print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
+              file=sys.stderr)  # fmt: skip
+    elif outcome.code:
+        print(f"{prog} run: error: {outcome.message}", file=sys.stderr)
+    return outcome.code
+
+
 def _run_config(args, cfg, prog, on_epoch_end) -> int:
-    from .checkpoint import (
-        atomic_write_text,
-        claim,
-        foreign_entries,
-        remove_owned,
-        remove_stale_temps,
-    )
-    from .report import environment, format_table, write_report
-    from .train import prepare, run_experiment
+    from .lock import OutputLock, held_for_me
+    from .train import prepare
 
     rank = int(os.environ.get("RANK", "0")) if cfg.distributed is not None else 0
     main = rank == 0  # in a distributed run rank 0 writes the shared files and prints
@@ -170,6 +197,33 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
         print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)
     start = time.perf_counter()
     prep = prepare(cfg, out)  # device, backend, data: may still reject; nothing written yet
+    lock = None
+    if main and not held_for_me(out):  # one writer per directory (a --nproc parent holds it)
+        lock = OutputLock(out)
+        lock.acquire()
+    try:
+        return _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
+    """Prepare ``out`` (this process holds its lock, or rank 0's does), train, report."""
+    from .checkpoint import (
+        atomic_write_text,
+        claim,
+        foreign_entries,
+        remove_owned,
+        remove_stale_temps,
+    )
+    from .report import environment, format_table, write_report
+    from .runid import start_run_id
+    from .train import run_experiment
+
+    main = prep.dist is None or prep.dist.is_main
+    if main:
+        output_dir(args, cfg)  # again under the lock: another run may have finished since
     if not main:
         pass
     elif args.resume:
@@ -183,14 +237,17 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
                         some(kept))  # fmt: skip
         claim(out, os.path.join(out, "config.yaml"))
         atomic_write_text(os.path.join(out, "config.yaml"), text)
+    if main:
+        start_run_id(out, resume=bool(args.resume))
     try:
         if prep.dist is not None:
             prep.dist.barrier("rank 0 preparing the output directory")
         records = run_experiment(
-            cfg, prep, out, progress=not args.no_progress, on_epoch_end=on_epoch_end
-        )
+            cfg, prep, out, progress=not args.no_progress, on_epoch_end=on_epoch_end,
+            resume_anyway=args.resume_anyway,
+        )  # fmt: skip
     except KeyboardInterrupt:
-        if main:
+        if main and not managed_worker():  # a --nproc parent prints it with --nproc
             print(f"\ninterrupted; continue with: {resume_command(prog, args, out)}",
                   file=sys.stderr)  # fmt: skip
         return 130
@@ -227,9 +284,16 @@ def main(
     args.argv = argv
     level = logging.INFO if getattr(args, "verbose", False) else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    try:
+
+    def body() -> int:
         return _run(args, name, on_epoch_end) if args.command == "run" else _show(args)
-    except ConfigError as exc:
+
+    folder = managed_worker() if args.command == "run" else None
+    if folder is not None:  # a worker of `--nproc`: its parent prints what went wrong
+        return guard(folder, body, _kind)
+    try:
+        return body()
+    except (ConfigError, OutputWriteError) as exc:
         print(f"{name} {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except TrainingDiverged as exc:
@@ -238,3 +302,12 @@ def main(
     except KeyboardInterrupt:
         print(f"\n{name} {args.command}: interrupted before training started", file=sys.stderr)
         return 130
+
+
+def _kind(exc: BaseException) -> str:
+    """How a worker's exception is reported (see :func:`~dgl_rsc.launcher.supervise.guard`)."""
+    from .train import TrainingDiverged
+
+    if isinstance(exc, (ConfigError, OutputWriteError)):
+        return "config"
+    return "diverged" if isinstance(exc, TrainingDiverged) else "crash"

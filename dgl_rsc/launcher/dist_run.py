@@ -58,7 +58,9 @@ def policies_for(d, ctx) -> tuple:
 
     cost = DEFAULT_COST
     if d.cost_alpha is not None or d.cost_beta is not None:
-        cost = CostModel(d.cost_alpha or DEFAULT_COST.alpha, d.cost_beta or DEFAULT_COST.beta)
+        alpha = DEFAULT_COST.alpha if d.cost_alpha is None else d.cost_alpha  # 0 is a value
+        beta = DEFAULT_COST.beta if d.cost_beta is None else d.cost_beta
+        cost = CostModel(alpha, beta)
     elif "adaptive" in (d.forward_bits, d.backward_bits) and d.calibrate:
         from ..distributed.calibrate import calibrate
 

@@ -36,6 +36,15 @@ __all__ = ["DistConfig", "resolve_distributed", "BITS"]
 #: what a halo message may travel as (bits per value; "adaptive": chosen per message group)
 BITS = (32, 16, 8, 4, 2, "adaptive")
 _BACKENDS = ("auto", "gloo", "nccl")
+#: the longest wait a run may set (a week): torch's timers overflow far beyond it
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def _is_width(value, widths) -> bool:
+    """``value`` is one of ``widths`` as the same type (``8.0`` and ``True`` are not widths)."""
+    if isinstance(value, str):
+        return value in widths
+    return type(value) is int and value in widths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,21 +98,24 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
         "backend": Rule(str, choices=_BACKENDS),
         "overlap": Rule(bool),
         "dropout": Rule(str, choices=DROPOUT_MODES),
-        "timeout_s": Rule(float, 0.0, lo_open=True),
+        "timeout_s": Rule(float, 0.0, MAX_TIMEOUT_S, lo_open=True),
         "partition_cache": Rule(str, optional=True),
         "adaptive_interval": Rule(int, 1),
-        "adaptive_weight": Rule(float, 0.0),
+        "adaptive_weight": Rule(float, 0.0, 1e6),
         "calibrate": Rule(bool),
-        "cost_alpha": Rule(float, 0.0, optional=True),
-        "cost_beta": Rule(float, 0.0, optional=True),
+        "cost_alpha": Rule(float, 0.0, 60.0, optional=True),  # seconds per message
+        "cost_beta": Rule(float, 0.0, 1.0, optional=True),  # seconds per byte
     }
     out = {k: check_value(f"distributed.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
     for key in ("halo_bits", "forward_bits", "backward_bits"):
         if key in sec:
             value = sec[key]
-            if isinstance(value, bool) or value not in BITS:
+            if not _is_width(value, BITS):
                 opts = ", ".join(map(str, BITS))
-                raise ConfigError(f"distributed.{key}={value!r} is not one of {opts}.")
+                raise ConfigError(
+                    f"distributed.{key}={value!r} is not one of {opts} (a bit width is an "
+                    "integer, or the word adaptive)."
+                )
             out[key] = value
     halo = out.pop("halo_bits", None)
     if halo is not None:  # the shorthand fills the directions not given on their own
@@ -114,7 +126,7 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
         if (
             not isinstance(widths, (list, tuple))
             or not widths
-            or any(isinstance(b, bool) or b not in (2, 4, 8, 16, 32) for b in widths)
+            or not all(_is_width(b, (2, 4, 8, 16, 32)) for b in widths)
         ):
             raise ConfigError(
                 f"distributed.adaptive_bits={widths!r} must be a non-empty list of widths "

@@ -3,15 +3,18 @@ data are loaded, and the command that continues an interrupted run."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import tempfile
 
 from ..config import ConfigError
-from .checkpoint import MANIFEST, OUTPUTS, foreign_entries, manifest_files
+from .checkpoint import LOCK, MANIFEST, OUTPUTS, foreign_entries, manifest_files
 from .yaml_io import load_yaml
 
 __all__ = ["check_location", "output_dir", "resume_command", "some", "PARTITION_CACHE"]
+
+log = logging.getLogger(__name__)
 
 _SUBDIRS = ("runs", "checkpoints")
 #: the partition cache of distributed runs: reused across runs, kept by --force (each file is
@@ -71,7 +74,10 @@ def output_dir(args, cfg) -> str:
         before, now = _flatten(before), _flatten(cfg.to_dict())
         diff = [k for k in sorted(set(before) | set(now))
                 if before.get(k) != now.get(k) and not k.startswith(REPORT_ONLY)]  # fmt: skip
-        if diff:
+        if diff and getattr(args, "resume_anyway", False):
+            log.warning("--resume-anyway: the config differs from the one %s started with at %s",
+                        out, ", ".join(map(str, diff)))  # fmt: skip
+        elif diff:
             _fail(
                 f"--resume {out}: the config differs from the one the run started with at "
                 f"{', '.join(map(str, diff))}; resume with the same config and --set values."
@@ -79,7 +85,7 @@ def output_dir(args, cfg) -> str:
         return out
     out = args.out or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
     check_location(out, "--out")
-    if os.path.isdir(out) and os.listdir(out):
+    if os.path.isdir(out) and not _only_leftovers(out):
         if not args.force:
             _fail(
                 f"output directory '{out}' exists and is not empty; pass --force to replace "
@@ -102,6 +108,21 @@ def output_dir(args, cfg) -> str:
     return out
 
 
+def _only_leftovers(out: str) -> bool:
+    """``out`` holds nothing of a run: at most its lock, an empty manifest and the partition
+    cache (what a run that failed before writing its config leaves; all reusable)."""
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if name == LOCK and os.path.isfile(path):
+            continue
+        if name == MANIFEST and manifest_files(out) == []:
+            continue
+        if name == PARTITION_CACHE and os.path.isdir(path) and not os.path.islink(path):
+            continue
+        return False
+    return True
+
+
 def _flatten(d, prefix="") -> dict:
     """``{"train.lr": 0.01, ...}`` of a nested dict (lists compared as lists)."""
     if not isinstance(d, dict):
@@ -115,10 +136,17 @@ def _flatten(d, prefix="") -> dict:
 
 
 def resume_command(prog: str, args, out: str) -> str:
-    """The full command that continues this run (the same config, --set and --device)."""
+    """The full command that continues this run: the original command line with ``--resume
+    out`` in place of ``--out``/``--force`` (the same config, --set, --device and --nproc)."""
     words = ["run", args.config, "--resume", out]
     for item in args.sets:
         words += ["--set", item]
     if args.device:
         words += ["--device", args.device]
+    if getattr(args, "nproc", None):
+        words += ["--nproc", str(args.nproc)]
+    if getattr(args, "no_progress", False):
+        words.append("--no-progress")
+    if getattr(args, "verbose", False):
+        words.append("--verbose")
     return f"{prog} {shlex.join(words)}"

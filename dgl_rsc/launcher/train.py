@@ -48,8 +48,11 @@ from ..nn import attach
 from ..patch import patch
 from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
+from .mb_schema import check_sizes
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
+from .runid import identity as run_identity
+from .runid import read_run_id, verify_set
 from .schema import RunConfig
 from .tta import train_time
 
@@ -164,6 +167,9 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
     except (FileNotFoundError, ImportError, ValueError) as exc:  # missing files, bad params
         raise ConfigError(f"dataset {cfg.dataset['name']!r} could not be loaded: {exc}") from None
     src, dst, n = data.src, data.dst, int(data.num_nodes)
+    if cfg.minibatch is not None:  # budgets and cluster counts against this graph
+        check_sizes(cfg.train.mode, cfg.minibatch, n, int(src.numel()),
+                    int(data.train_mask.sum()))  # fmt: skip
     if MODELS[cfg.model["name"]].SELF_LOOPS:
         loops = torch.arange(n, dtype=src.dtype)
         src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
@@ -308,6 +314,7 @@ def train_one(
     ckpt_path: Optional[str] = None,
     progress: bool = True,
     on_epoch_end: Optional[EpochCallback] = None,
+    identity: Optional[dict] = None,
 ) -> dict:
     """Train one run; resume from ``ckpt_path`` when it exists. Returns the run's record.
 
@@ -370,7 +377,7 @@ def train_one(
             bar.update(1)
             if ckpt_path and t.checkpoint_every and epoch % t.checkpoint_every == 0:
                 extra = {"history": history, "best": best, "data_sha256": prep.fingerprint,
-                         "rsc_stats": merged_stats(run.ctl, base)}  # fmt: skip
+                         "rsc_stats": merged_stats(run.ctl, base), **(identity or {})}  # fmt: skip
                 save_checkpoint(ckpt_path, model=run.model, optimizer=run.opt, controller=run.ctl,
                                 scaler=run.scaler, epoch=epoch, extra=extra)  # fmt: skip
             if on_epoch_end is not None:
@@ -403,6 +410,7 @@ def run_experiment(
     out_dir: str,
     progress: bool = True,
     on_epoch_end: Optional[EpochCallback] = None,
+    resume_anyway: bool = False,
 ) -> list:
     """Every (seed, method) run, interleaved by seed; finished runs are read back from
     ``out_dir/runs/`` and unfinished ones resume from ``out_dir/checkpoints/``. All of
@@ -418,12 +426,17 @@ def run_experiment(
         for s, m in plan
     }  # fmt: skip
     done = {}
+    run_id = read_run_id(out_dir)
+    ident = run_identity(cfg, run_id, dist)
     for (seed, method), (record, ckpt) in paths.items():
         name = f"{method}-seed{seed}"
+        state = None
         if os.path.exists(record):
             done[seed, method] = read_record(record, prep, name)
-        elif os.path.exists(ckpt):
-            read_checkpoint(ckpt, prep, name, map_location="cpu")  # loaded again on its turn
+        elif os.path.exists(ckpt):  # loaded again on its turn
+            state = read_checkpoint(ckpt, prep, name, map_location="cpu")
+        finished = (seed, method) in done  # every rank checks every run's set together:
+        verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway, finished)
     records = []
     for seed, method in plan:
         if (seed, method) not in done:
@@ -435,7 +448,8 @@ def run_experiment(
                 claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
             if dist is not None:
                 dist.barrier(f"starting {method}-seed{seed}")
-            rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end)
+            rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end,
+                            identity=ident)  # fmt: skip
             if main:
                 atomic_write_text(record, strict_json(rec))
             done[seed, method] = rec
