@@ -67,8 +67,8 @@ def _graph(name):
         src, dst = src[keep], dst[keep]
         mask = torch.from_numpy(z["train_mask"])
     else:  # a small power-law graph like the quickstart's
-        src, dst, feat, label, mask, _ = labelled_graph(n=3000, classes=10, feat_dim=32,
-                                                        avg_degree=30.0, homophily=0.3)  # fmt: skip
+        src, dst, feat, label, mask, _ = labelled_graph(n=1500, classes=10, feat_dim=32,
+                                                        avg_degree=24.0, homophily=0.3)  # fmt: skip
         n = feat.shape[0]
     loops = torch.arange(n)
     return Graph(torch.cat([src, loops]), torch.cat([dst, loops]), n), feat, label, mask
@@ -146,7 +146,7 @@ def test_guard_switches_to_exact_when_the_approximation_is_useless():
 def test_guard_does_not_act_on_a_healthy_run(budget):
     g, feat, label, mask = _graph("quickstart")
     ctl = RSCController(budget=budget, tune_interval=5, total_steps=100)
-    losses = _train(g, feat, label, mask, ctl, steps=60)
+    losses = _train(g, feat, label, mask, ctl, steps=45)
     assert losses[-1] < losses[0]
     assert ctl.stats()["guard"] == []
     assert ctl.phase() == "approx"
@@ -206,3 +206,25 @@ def test_controller_state_round_trip_keeps_the_guard_and_budgets():
     assert again.boost == ctl.boost == 2.0
     assert again.stats()["guard"] == ctl.stats()["guard"]
     assert again.budget_log == ctl.budget_log
+
+
+def test_launcher_reports_auto_budgets_and_guard(tmp_path, capsys):
+    """``rsc.budget: auto`` from YAML to results.json: the budgets chosen per layer over time
+    and the guard's actions are recorded."""
+    import json
+
+    from dgl_rsc.launcher import cli
+
+    from .test_launcher import write_config
+
+    path = write_config(tmp_path, rsc={"budget": "auto", "target_error": 0.35},
+                        train={"epochs": 12})  # fmt: skip
+    out = tmp_path / "out"
+    assert cli.main(["run", path, "--out", str(out), "--no-progress"]) == 0
+    runs = json.loads((out / "runs" / "rsc-seed0.json").read_text())
+    stats = runs["rsc_stats"]
+    assert stats["guard"] == []
+    tunes = stats["budgets"]
+    assert tunes and all(t["target_error"] == 0.35 for t in tunes)
+    assert all(0.0 <= f <= 1.0 for t in tunes for f in t["fractions"])
+    assert "budget: auto" in (out / "config.yaml").read_text()

@@ -304,7 +304,9 @@ def _resolve_rsc(raw: dict, steps_total: int) -> Optional[RSCConfig]:
         )
     sec["total_steps"] = steps_total
     for key, value in sec.items():
-        if isinstance(value, str) and key in ("budget", "switch_at", "ema"):
+        if key == "budget" and value == "auto":
+            continue  # the per-layer budget from rsc.target_error
+        if isinstance(value, str) and key in ("budget", "switch_at", "ema", "target_error"):
             sec[key] = check_value(f"rsc.{key}", value, Rule(float))
     try:
         return RSCConfig.from_dict(sec, where="rsc")
