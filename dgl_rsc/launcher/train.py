@@ -206,8 +206,24 @@ class _Run:
     batches: object = None  # the BatchSource of mini-batch training, or None
 
     def autocast(self):
+        """The forward's autocast context (``train.amp``; a no-op for ``"none"``)."""
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.amp)
         return torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Gradients of ``loss`` (scaled under fp16 AMP), the previous ones cleared."""
+        self.opt.zero_grad(set_to_none=True)
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self) -> None:
+        """The optimizer step (through the fp16 scaler when there is one), then RSC's."""
+        if self.scaler:
+            self.scaler.step(self.opt)
+            self.scaler.update()
+        else:
+            self.opt.step()
+        if self.ctl is not None:
+            self.ctl.step()
 
 
 def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
@@ -248,7 +264,7 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
         from .minibatch_run import BatchSource
 
         keep = cfg.rsc.subgraph_cache if cfg.rsc is not None else 64
-        batches = BatchSource(cfg, prep, seed, keep=max(keep, 1))
+        batches = BatchSource(cfg, prep, seed, keep=max(keep, 1), graph_kind=engine.graph)
     return _Run(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
                 batches)  # fmt: skip
 
@@ -271,18 +287,11 @@ def _train_step(run: _Run, prep: Prepared) -> dict:
     value = prep.reducer.value(loss)  # the whole graph's loss (summed over ranks)
     if not math.isfinite(value):
         return {"loss": value}  # no backward, no step: the caller stops the run
-    run.opt.zero_grad(set_to_none=True)
-    (run.scaler.scale(loss) if run.scaler else loss).backward()
+    run.backward(loss)
     prep.reducer.after_backward(run.model)  # gradients summed over ranks
     _sync(dev)
     t2 = time.perf_counter()
-    if run.scaler:
-        run.scaler.step(run.opt)
-        run.scaler.update()
-    else:
-        run.opt.step()
-    if run.ctl is not None:
-        run.ctl.step()
+    run.step()
     _sync(dev)
     t3 = time.perf_counter()
     return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,
