@@ -126,6 +126,11 @@ def estimate_ls_scale(
     """
     s = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0)
     total, kept_mass = s.sum(), s[kept].sum()
+    if scales.col is None and scales.hint_col is not None:
+        # the caller applied the column scale to X itself: measure G in the space of the
+        # normalized matrix, as if the scale had been applied here (the same factor whether
+        # a layer fuses the scale into the product or scales X first, as stock DGL does)
+        G_kept = G_kept * scales.hint_col.to(G_kept.dtype).reshape(-1, 1)
     one = torch.ones((), dtype=torch.float32, device=s.device)
     if float(kept_mass) <= 0:
         return one
