@@ -187,6 +187,21 @@ def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController, score_co
     return out.reshape((A.shape[0],) + tail)
 
 
+def _message_reason(gidx, op, reduce_op, lhs, rhs) -> str:
+    """Why :func:`_message_product` left a training ``gspmm`` to DGL (for the warning)."""
+    if reduce_op != "sum":
+        return f"reduce {reduce_op!r}"
+    if op not in ("copy_lhs", "mul"):
+        return f"message op {op!r}"
+    if gidx.number_of_etypes() != 1:
+        return "several edge types"
+    if not has_in_csr(gidx):
+        return "a graph restricted to COO formats"
+    if op == "mul" and isinstance(rhs, torch.Tensor) and rhs.numel() != gidx.num_edges(0):
+        return "per-feature or multi-head edge weights"
+    return "operands of mixed dtypes or devices"
+
+
 def _graphconv_col(conv, graph, feat):
     """``(N_src,)`` the source normalization stock ``GraphConv`` ``conv`` applies before its
     aggregation (``norm`` ``"both"``: ``d_out^-1/2``; ``"left"``: ``1/d_out``), or ``None``."""
@@ -214,7 +229,7 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
 
     def spmm(A, X):
         out = _sparse_product(A, X, rsc) if owned() and isinstance(A, SparseMatrix) else None
-        if out is None and owned() and _trains(X):
+        if out is None and owned() and _trains(X) and getattr(A, "nnz", 0) > 0:
             _left_to_dgl(rsc, X, "a SparseMatrix product the engine does not take")
         return orig_spmm(A, X) if out is None else out
 
@@ -233,9 +248,8 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
                 out = _message_product(gidx, op, reduce_op, *args, rsc, col)
         else:
             out = _message_product(gidx, op, reduce_op, lhs_data, rhs_data, rsc, col)
-        if out is None and _trains(lhs_data):
-            _left_to_dgl(rsc, lhs_data, f"message op {op!r} with reduce {reduce_op!r} on "
-                         "this graph or these edge weights")  # fmt: skip
+        if out is None and _trains(lhs_data) and gidx.num_edges(0) > 0:
+            _left_to_dgl(rsc, lhs_data, _message_reason(gidx, op, reduce_op, lhs_data, rhs_data))
         return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data) if out is None else out
 
     hint: dict = {}  # the source normalization of the GraphConv forward in progress

@@ -182,3 +182,19 @@ def test_patched_graphconv_and_dropin_train_identically(data, dims, rescale):
     torch.testing.assert_close(patched, dropin, rtol=1e-5, atol=1e-6)
     a, b = rsc_patch.stats(), rsc_drop.stats()
     assert a["nnz_visited"] == b["nnz_visited"] and a["visited_fraction"] < 0.6
+
+
+def test_each_kind_of_skipped_product_is_counted_and_empty_ones_are_not(data):
+    import dgl
+
+    g = data[0]
+    x = torch.randn(g.num_nodes(), 4, requires_grad=True)
+    empty = dgl.graph((torch.tensor([], dtype=torch.long),) * 2, num_nodes=g.num_nodes())
+    with pytest.warns(UserWarning, match="reduce 'max' is not approximated"):
+        with dgl_rsc.patch(budget=0.5, total_steps=4) as rsc:
+            dgl.ops.copy_u_max(g, x)
+            dgl.ops.copy_u_max(g, x)
+            dgl.ops.copy_u_sum(empty, x)  # nothing to approximate: not counted
+            with torch.no_grad():
+                dgl.ops.copy_u_max(g, x)  # evaluation: not a training product
+    assert rsc.stats()["not_approximated_reasons"] == {"reduce 'max'": 2}
