@@ -8,7 +8,10 @@ Inside the block, these DGL entry points are replaced:
   edge type (bipartite graphs and blocks included) with ``copy_u`` or ``u_mul_e`` (one
   weight per edge) messages and ``sum`` or ``mean`` reduction -- what ``dgl.nn.GraphConv``,
   ``SAGEConv`` (mean, gcn), ``GCN2Conv``, ``ChebConv``, ``GINConv`` and single-head
-  ``GATConv`` use.
+  ``GATConv`` use;
+- ``dgl.nn.GraphConv.forward``, only to tell the product the source normalization it applies
+  before aggregating (``norm="both"``/``"left"``), so that rows are scored as rows of the
+  normalized matrix, as :class:`dgl_rsc.nn.GraphConv` scores them (both then train alike).
 
 A call is taken over only when the engine computes it exactly as DGL does (on the CPU: the
 same numbers, bit for bit): floating features that need a gradient (fp32/fp64 on the CPU,
@@ -16,7 +19,9 @@ where DGL computes bf16 in bf16 and refuses fp16), matching dtypes and devices, 
 product, a graph that may hold its in-edge CSR. Every other call -- per-feature edge
 weights, multi-head attention ``(E, H, 1)`` with ``H > 1``, ``max``/``min``, empty relations,
 graphs restricted to COO (``g.formats("coo")``), evaluation under ``torch.no_grad()`` --
-passes through to DGL unchanged, DGL's errors included. A ``SparseMatrix`` is multiplied
+passes through to DGL unchanged, DGL's errors included; one that trains (its operand needs a
+gradient) is warned about once per reason at the user's line and counted in
+``rsc.stats()["not_approximated"]``. A ``SparseMatrix`` is multiplied
 through its CSR (``A.csr()``, which DGL then keeps), as DGL does once a matrix has it; DGL
 multiplies a matrix held only as COO edge by edge, with atomic adds across threads, which
 agrees to rounding only. Under CUDA autocast the operands are cast as DGL casts them.

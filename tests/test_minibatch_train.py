@@ -101,16 +101,16 @@ def test_stock_baseline_trains_on_dgl_batches_like_exact(one_thread, mode_sets):
 def test_minibatch_steps_run_under_the_runs_amp_context(one_thread, monkeypatch, caplog):
     """Mini-batch steps use the same autocast/scaler path as full-graph steps; on CPU
     train.amp falls back to none with the full-graph warning, and the record says so."""
-    from dgl_rsc.launcher import train as train_mod
+    from dgl_rsc.launcher import run_state
 
     entered = []
-    real = train_mod._Run.autocast
+    real = run_state.RunState.autocast
 
     def spy(self):
         entered.append(self.amp)
         return real(self)
 
-    monkeypatch.setattr(train_mod._Run, "autocast", spy)
+    monkeypatch.setattr(run_state.RunState, "autocast", spy)
     with caplog.at_level("WARNING"):
         _, rec = run(["train.amp=bf16", "train.epochs=1"])
     batches = rec["history"][0]["batches"]

@@ -48,6 +48,7 @@ from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
+from .run_state import RunState
 from .schema import RunConfig
 
 __all__ = [
@@ -192,41 +193,7 @@ def _seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-@dataclasses.dataclass
-class _Run:
-    """What one run trains with; ``ctl`` is ``None`` for the stock baseline."""
-
-    model: torch.nn.Module
-    graph: object
-    opt: torch.optim.Optimizer
-    ctl: Optional[RSCController]
-    ctx: contextlib.AbstractContextManager
-    amp: str
-    scaler: Optional[torch.cuda.amp.GradScaler]
-    batches: object = None  # the BatchSource of mini-batch training, or None
-
-    def autocast(self):
-        """The forward's autocast context (``train.amp``; a no-op for ``"none"``)."""
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.amp)
-        return torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Gradients of ``loss`` (scaled under fp16 AMP), the previous ones cleared."""
-        self.opt.zero_grad(set_to_none=True)
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
-
-    def step(self) -> None:
-        """The optimizer step (through the fp16 scaler when there is one), then RSC's."""
-        if self.scaler:
-            self.scaler.step(self.opt)
-            self.scaler.update()
-        else:
-            self.opt.step()
-        if self.ctl is not None:
-            self.ctl.step()
-
-
-def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
+def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunState:
     """Model, optimizer, controller, patch context and AMP of one run (seeded before).
 
     ``rsc`` and ``exact`` run on ``train.engine`` with a controller (the exact one switched to
@@ -265,7 +232,7 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
 
         keep = cfg.rsc.subgraph_cache if cfg.rsc is not None else 64
         batches = BatchSource(cfg, prep, seed, keep=max(keep, 1), graph_kind=engine.graph)
-    return _Run(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
+    return RunState(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
                 batches)  # fmt: skip
 
 
@@ -274,7 +241,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _train_step(run: _Run, prep: Prepared) -> dict:
+def _train_step(run: RunState, prep: Prepared) -> dict:
     """One full-batch optimizer step, timed in three parts (seconds)."""
     mask, dev = prep.masks["train"], prep.device
     run.model.train()
@@ -394,7 +361,7 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
-def _evaluate(run: _Run, prep: Prepared) -> dict:
+def _evaluate(run: RunState, prep: Prepared) -> dict:
     """``{"train", "val", "test"}`` metric of the model in eval mode, without gradients."""
     run.model.eval()
     with torch.no_grad(), run.autocast():
