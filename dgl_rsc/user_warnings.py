@@ -50,8 +50,9 @@ def warn_user(message: str, category: type = UserWarning) -> None:
         warnings.warn(message, category, stacklevel=2)
         return
     g = frame.f_globals
+    # no module_globals: its loader would be asked for the source, which code run by
+    # ``python -c`` (a builtin-loaded __main__) cannot give; linecache reads files itself
     warnings.warn_explicit(
         message, category, frame.f_code.co_filename, frame.f_lineno,
         module=g.get("__name__", "<unknown>"), registry=g.setdefault("__warningregistry__", {}),
-        module_globals=g,
     )  # fmt: skip
