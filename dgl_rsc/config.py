@@ -63,7 +63,9 @@ class RSCConfig:
         switch_at: fraction of ``total_steps`` after which the backward is exact (1.0 = never).
         total_steps: the number of optimizer steps of the run; ``None`` disables switching.
         warmup_steps: exact steps at the start that only record scores (>= 0).
-        min_k: the fewest rows any layer keeps (>= 0).
+        min_k: the fewest rows any layer keeps (>= 0; a sample keeps at least one row with a
+            non-zero score in any case, so a tiny budget never zeroes the gradient; with
+            ``diagonal="exact"`` the exact diagonal term plays that part).
         rule: ``"topk"`` keeps rows by score ``s_i`` (the paper); ``"cost"`` keeps rows by
             ``s_i^2 / nnz_i`` (the fractional-knapsack rule for the left-out energy).
         ema: weight of the newest score in the running average, in (0, 1].

@@ -13,7 +13,6 @@ keeps the allocation itself; each product gets an immutable :class:`~dgl_rsc.slo
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Optional
 
 from .config import RSCConfig
@@ -24,16 +23,38 @@ from .sampling.error import fraction_for_error
 from .slot import LayerSlot, StepInfo
 from .solver import LayerProblem, allocate
 from .structure_cache import StructureCache
+from .user_warnings import warn_user
 
-__all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP"]
+__all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP", "MISSING_STEP_MESSAGE", "warn_never_exact"]
 
 log = logging.getLogger(__name__)
 
-#: More approximated products than this in one step almost surely means that
-#: ``step()`` is never called; the controller then raises instead of growing forever.
+#: More approximated products than this in one step (with no backward among them) almost
+#: surely means that ``step()`` is never called; the controller then warns once and maps the
+#: next products onto the first states again instead of growing forever.
 MAX_PRODUCTS_PER_STEP = 1024
 #: tune records kept for ``stats()["budgets"]`` (the most recent)
 MAX_LOG = 1000
+
+MISSING_STEP_MESSAGE = (
+    "rsc.step() was not called between two training passes (a forward pass started after the "
+    "backward of the previous one): call rsc.step() once per optimizer step, after "
+    "optimizer.step(). Until it is called, dgl_rsc counts a step at each forward pass that "
+    "follows a backward, so warm-up, budget re-allocation and the switch to the exact "
+    "backward still happen."
+)
+
+
+def warn_never_exact(config: RSCConfig, entry: str) -> None:
+    """Warn (at the user's line) when ``config`` never switches to the exact backward only
+    because ``total_steps`` is missing (``entry`` names the call, e.g. ``"dgl_rsc.patch()"``)."""
+    if config.total_steps is None and config.switch_at < 1.0:
+        warn_user(
+            f"{entry} has no total_steps, so it never switches to the exact backward "
+            f"(switch_at={config.switch_at} needs the run's length); the exact final steps "
+            "recover accuracy. Pass total_steps=<number of optimizer steps>, or "
+            "switch_at=1.0 to approximate throughout without this warning."
+        )
 
 
 class RSCController:
@@ -71,6 +92,10 @@ class RSCController:
         self.boost = 1.0  # the guard's multiplier of a fixed budget
         self.target_error = config.target_error  # budget: auto's target (the guard lowers it)
         self.budget_log: list[dict] = []  # one entry per tune: budgets and estimated errors
+        self._step_backwards = 0  # backward products of the layers when this step began
+        self._warned_missing = self._warned_cap = False
+        self.implicit_steps = 0  # steps counted for a missing rsc.step() (see slot())
+        self.not_approximated: dict[str, int] = {}  # reason -> training products left to DGL
 
     # -- product identity ---------------------------------------------------------------------
     def layer(self, index: int) -> LayerState:
@@ -95,21 +120,44 @@ class RSCController:
         return since >= 0 and since % cfg.tune_interval == 0
 
     def slot(self, index: int) -> LayerSlot:
-        """Product ``index`` bound to the current step (what ``spmm(..., rsc=...)`` takes)."""
+        """Product ``index`` bound to the current step (what ``spmm(..., rsc=...)`` takes).
+
+        A product bound after a backward of this step's products has run starts a new
+        training pass: without ``step()`` in between, the controller warns once (naming
+        ``rsc.step()``) and counts the step itself."""
+        self._check_new_pass()
         self._bound += 1
         self._seen_products = True
         return LayerSlot(self.layer(index), self.step_info(index))
 
     def next_layer(self) -> LayerSlot:
         """The slot of the next approximated product of this step (call order)."""
-        if self._calls >= MAX_PRODUCTS_PER_STEP:
-            raise RuntimeError(
-                f"{self._calls} approximated sparse products since the last rsc.step(): call "
-                "rsc.step() once per optimizer step (after optimizer.step())."
-            )
+        self._check_new_pass()
+        if self._calls >= MAX_PRODUCTS_PER_STEP:  # no backward at all: never grow forever
+            if not self._warned_cap:
+                self._warned_cap = True
+                warn_user(
+                    f"{self._calls} approximated sparse products without a backward or an "
+                    "rsc.step(): call rsc.step() once per optimizer step, and evaluate under "
+                    "torch.no_grad(). Further products reuse the first products' states."
+                )
+            self._calls = 0
         slot = self.slot(self._calls)
         self._calls += 1
         return slot
+
+    def _backward_total(self) -> int:
+        return sum(s.backward_calls for s in self.layers)
+
+    def _check_new_pass(self) -> None:
+        """A product after this step's backward, without ``step()``: count the step."""
+        if self._bound == 0 or self._backward_total() == self._step_backwards:
+            return
+        if not self._warned_missing:
+            self._warned_missing = True
+            warn_user(MISSING_STEP_MESSAGE)
+        self.implicit_steps += 1
+        self._advance()
 
     # -- schedule -------------------------------------------------------------------------------
     def phase(self) -> str:
@@ -138,15 +186,18 @@ class RSCController:
             self._empty_steps += 1
             if self._empty_steps >= 2 and not self._warned_steps:
                 self._warned_steps = True
-                warnings.warn(
+                warn_user(
                     f"rsc.step() was called {self._empty_steps} times without a training "
                     "forward in between: call it once per optimizer step, or the switch to "
-                    f"the exact backward (step {self.config.switch_step}) comes early.",
-                    stacklevel=2,
+                    f"the exact backward (step {self.config.switch_step}) comes early."
                 )
+        self._advance()
+
+    def _advance(self) -> None:
         self.step_count += 1
         self._calls = 0
         self._bound = 0
+        self._step_backwards = self._backward_total()
         since = self.step_count - self.config.warmup_steps
         if self.phase() == "approx" and since % self.config.tune_interval == 0:
             self.solve()
@@ -243,6 +294,14 @@ class RSCController:
         self.last_allocation = alloc
         log.debug("step %d: allocation k=%s nnz=%s", self.step_count, alloc.k, alloc.nnz)
 
+    def note_not_approximated(self, reason: str) -> bool:
+        """Count a training product that a caller (the DGL patch) left exact because RSC
+        cannot take it (``reason``, e.g. ``"bfloat16 features on cpu"``); ``True`` the first
+        time ``reason`` is seen (the caller then warns). Shown by :meth:`stats`."""
+        first = reason not in self.not_approximated
+        self.not_approximated[reason] = self.not_approximated.get(reason, 0) + 1
+        return first
+
     # -- housekeeping ---------------------------------------------------------------------------
     def clear_cache(self) -> None:
         """Drop every product's cached sample and the cached structures."""
@@ -251,7 +310,12 @@ class RSCController:
         self.structures.clear()
 
     def stats(self) -> dict:
-        """What RSC did: per-product rows kept, non-zeros visited vs exact, cache use, timing."""
+        """What RSC did: per-product rows kept, non-zeros visited vs exact, cache use, timing.
+
+        ``not_approximated`` counts training products left exact because RSC could not take
+        them (``not_approximated_reasons``: by reason); ``visited_fraction`` covers the
+        products RSC took and is ``None`` when it took none while some were left exact.
+        ``implicit_steps``: steps the controller counted for a missing ``rsc.step()``."""
         layers = []
         for s in self.layers:
             d = s.stats.as_dict()
@@ -261,13 +325,14 @@ class RSCController:
             layers.append(d)
         visited = sum(x["nnz_visited"] for x in layers)
         exact = sum(x["nnz_exact"] for x in layers)
+        skipped = sum(self.not_approximated.values())
         return {
             "step": self.step_count,
             "phase": self.phase(),
             "layers": layers,
             "nnz_visited": visited,
             "nnz_exact": exact,
-            "visited_fraction": visited / exact if exact else 1.0,
+            "visited_fraction": visited / exact if exact else None if skipped else 1.0,
             "select_seconds": sum(x["select_seconds"] for x in layers),
             "cache_bytes": sum(x["cache_bytes"] for x in layers),
             "cache_hits": sum(x["cache_hits"] for x in layers),
@@ -275,6 +340,9 @@ class RSCController:
             "subgraph_hits": sum(s.subgraph_hits for s in self.layers),
             "budgets": list(self.budget_log),
             "guard": [] if self.guard is None else list(self.guard.actions),
+            "not_approximated": skipped,
+            "not_approximated_reasons": dict(self.not_approximated),
+            "implicit_steps": self.implicit_steps,
         }
 
     def state_dict(self) -> dict:
@@ -304,6 +372,7 @@ class RSCController:
         if self.guard is not None and state.get("guard") is not None:
             self.guard.load_state_dict(state["guard"])
         self._calls = self._bound = 0
+        self._step_backwards = self._backward_total()
 
     def __repr__(self) -> str:
         return f"RSCController(step={self.step_count}, layers={len(self.layers)}, {self.config})"

@@ -10,14 +10,37 @@ for its transpose once.
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Optional, Sequence
 
 import torch
 
-__all__ = ["CSR", "check_csr", "check_csr_data", "StaleStructureError"]
+__all__ = ["CSR", "check_csr", "check_csr_data", "check_shape", "StaleStructureError"]
 
 _TOKENS = itertools.count(1)
 INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def check_shape(shape) -> tuple[int, int]:
+    """``(M, N)`` as two Python ints; anything but a pair of non-negative integers (Python
+    or NumPy ints, 0-dim integer tensors; not floats, strings or bools) is refused."""
+    hint = "pass two non-negative integers, e.g. shape=(num_rows, num_cols)"
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__") or len(shape) != 2:
+        raise ValueError(f"shape must be a pair (rows, cols), got {shape!r}; {hint}.")
+    sizes = []
+    for s in shape:
+        try:
+            if isinstance(s, bool) or getattr(s, "dtype", None) == torch.bool:
+                raise TypeError
+            sizes.append(operator.index(s))
+        except TypeError:
+            raise TypeError(
+                f"shape must hold integers, got {tuple(shape)!r} ({type(s).__name__} "
+                f"{s!r}); {hint}."
+            ) from None
+    if min(sizes) < 0:
+        raise ValueError(f"shape must hold non-negative sizes, got {tuple(sizes)}; {hint}.")
+    return sizes[0], sizes[1]
 
 
 def check_csr(indptr, indices, values, shape) -> tuple[int, int]:
@@ -35,9 +58,7 @@ def check_csr(indptr, indices, values, shape) -> tuple[int, int]:
         )
     if indptr.device != indices.device:
         raise ValueError(f"indptr is on {indptr.device} but indices on {indices.device}.")
-    if len(shape) != 2 or any(int(s) < 0 for s in shape):
-        raise ValueError(f"shape must be (rows, cols) with non-negative sizes, got {shape}.")
-    m, n = int(shape[0]), int(shape[1])
+    m, n = check_shape(shape)
     if indptr.numel() != m + 1:
         raise ValueError(f"indptr has {indptr.numel()} entries; a {m}-row matrix needs {m + 1}.")
     if values is not None:

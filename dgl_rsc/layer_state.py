@@ -72,6 +72,7 @@ class LayerState:
         self._sample: Optional[Sample] = None
         self._others: OrderedDict = OrderedDict()  # token -> saved state of that matrix
         self.subgraph_hits = 0  # a matrix seen before came back with its state
+        self.backward_calls = 0  # backward products run (the controller's missing-step check)
         self._gen: Optional[torch.Generator] = None
         self._gen_state: Optional[torch.Tensor] = None
         self.stats = LayerStats()

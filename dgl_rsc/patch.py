@@ -8,7 +8,10 @@ Inside the block, these DGL entry points are replaced:
   edge type (bipartite graphs and blocks included) with ``copy_u`` or ``u_mul_e`` (one
   weight per edge) messages and ``sum`` or ``mean`` reduction -- what ``dgl.nn.GraphConv``,
   ``SAGEConv`` (mean, gcn), ``GCN2Conv``, ``ChebConv``, ``GINConv`` and single-head
-  ``GATConv`` use.
+  ``GATConv`` use;
+- ``dgl.nn.GraphConv.forward``, only to tell the product the source normalization it applies
+  before aggregating (``norm="both"``/``"left"``), so that rows are scored as rows of the
+  normalized matrix, as :class:`dgl_rsc.nn.GraphConv` scores them (both then train alike).
 
 A call is taken over only when the engine computes it exactly as DGL does (on the CPU: the
 same numbers, bit for bit): floating features that need a gradient (fp32/fp64 on the CPU,
@@ -16,7 +19,9 @@ where DGL computes bf16 in bf16 and refuses fp16), matching dtypes and devices, 
 product, a graph that may hold its in-edge CSR. Every other call -- per-feature edge
 weights, multi-head attention ``(E, H, 1)`` with ``H > 1``, ``max``/``min``, empty relations,
 graphs restricted to COO (``g.formats("coo")``), evaluation under ``torch.no_grad()`` --
-passes through to DGL unchanged, DGL's errors included. A ``SparseMatrix`` is multiplied
+passes through to DGL unchanged, DGL's errors included; one that trains (its operand needs a
+gradient) is warned about once per reason at the user's line and counted in
+``rsc.stats()["not_approximated"]``. A ``SparseMatrix`` is multiplied
 through its CSR (``A.csr()``, which DGL then keeps), as DGL does once a matrix has it; DGL
 multiplies a matrix held only as COO edge by edge, with atomic adds across threads, which
 agrees to rounding only. Under CUDA autocast the operands are cast as DGL casts them.
@@ -46,9 +51,10 @@ import torch
 
 from . import _deps
 from .config import RSCConfig
-from .controller import RSCController
+from .controller import RSCController, warn_never_exact
 from .dgl_interop import csr_from_graph_index, csr_from_sparse_matrix, has_in_csr
 from .spmm import spmm_matrix
+from .user_warnings import warn_user
 
 __all__ = ["patch", "is_patched", "patched_symbols"]
 
@@ -75,7 +81,14 @@ def patched_symbols():
         (sp_matmul, "matmul"),
         (sp.SparseMatrix, "__matmul__"),
         (_module("dgl.ops.spmm"), "gspmm_internal"),
+        (_graphconv_class(), "forward"),
     ]
+
+
+def _graphconv_class():
+    """``dgl.nn.pytorch.GraphConv``: its forward is wrapped to tell the product its source
+    normalization, so that RSC scores rows of the normalized matrix (as the drop-in does)."""
+    return _module("dgl.nn.pytorch.conv.graphconv").GraphConv
 
 
 def is_patched() -> bool:
@@ -104,6 +117,30 @@ def _wants_rsc(X) -> bool:
     )
 
 
+def _trains(X) -> bool:
+    """``X`` is an operand of a training product (a gradient will flow through it)."""
+    return (
+        isinstance(X, torch.Tensor) and X.requires_grad and torch.is_grad_enabled()
+        and X.numel() > 0
+    )  # fmt: skip
+
+
+def _left_to_dgl(rsc: RSCController, X, what: str) -> None:
+    """Count a training product the engine cannot take (``what`` it is), warning once per
+    reason at the user's line."""
+    if X.dtype not in _DTYPES.get(X.device.type, ()):
+        reason = f"{str(X.dtype).replace('torch.', '')} features on {X.device.type}"
+    else:
+        reason = what
+    if rsc.note_not_approximated(reason):
+        warn_user(
+            f"dgl_rsc.patch: a training product with {reason} is not approximated (DGL "
+            "computes it exactly; RSC takes fp32/fp64 features on the CPU, fp16 to fp64 on "
+            "CUDA, copy_u or u_mul_e with one weight per edge, sum or mean). "
+            "rsc.stats()['not_approximated'] counts such products."
+        )
+
+
 def _sparse_product(A, X, rsc: RSCController):
     """RSC's ``A @ X`` for a ``SparseMatrix`` with scalar values, or ``None`` when the call
     is not one the engine computes exactly as ``dgl.sparse.spmm`` (DGL then handles it,
@@ -121,9 +158,11 @@ def _sparse_product(A, X, rsc: RSCController):
     return spmm_matrix(csr_from_sparse_matrix(A, rsc.structures), X, rsc)
 
 
-def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController):
+def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController, score_col=None):
     """RSC's ``gspmm`` for ``copy_u``/``u_mul_e`` (one weight per edge) with ``sum`` on one
-    edge type, or ``None`` for any other call (DGL then handles it)."""
+    edge type, or ``None`` for any other call (DGL then handles it). ``score_col (N_src,)``:
+    the column normalization already applied to ``lhs`` (RSC scores rows of the normalized
+    matrix, as the drop-in layers do)."""
     if reduce_op != "sum" or op not in ("copy_lhs", "mul") or gidx.number_of_etypes() != 1:
         return None
     if not _wants_rsc(lhs) or gidx.num_edges(0) == 0 or not has_in_csr(gidx):
@@ -145,8 +184,39 @@ def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController):
         w = rhs.reshape(num_edges)
         A = A.with_values(w if eids is None else w[eids.long()])
     tail = tuple(lhs.shape[1:])
-    out = spmm_matrix(A, lhs.reshape(lhs.shape[0], math.prod(tail)), rsc)
+    if score_col is not None and (score_col.numel() != A.shape[1] or
+                                  score_col.device != lhs.device):  # fmt: skip
+        score_col = None
+    out = spmm_matrix(A, lhs.reshape(lhs.shape[0], math.prod(tail)), rsc,
+                      score_col_scale=score_col)  # fmt: skip
     return out.reshape((A.shape[0],) + tail)
+
+
+def _message_reason(gidx, op, reduce_op, lhs, rhs) -> str:
+    """Why :func:`_message_product` left a training ``gspmm`` to DGL (for the warning)."""
+    if reduce_op != "sum":
+        return f"reduce {reduce_op!r}"
+    if op not in ("copy_lhs", "mul"):
+        return f"message op {op!r}"
+    if gidx.number_of_etypes() != 1:
+        return "several edge types"
+    if not has_in_csr(gidx):
+        return "a graph restricted to COO formats"
+    if op == "mul" and isinstance(rhs, torch.Tensor) and rhs.numel() != gidx.num_edges(0):
+        return "per-feature or multi-head edge weights"
+    return "operands of mixed dtypes or devices"
+
+
+def _graphconv_col(conv, graph, feat):
+    """``(N_src,)`` the source normalization stock ``GraphConv`` ``conv`` applies before its
+    aggregation (``norm`` ``"both"``: ``d_out^-1/2``; ``"left"``: ``1/d_out``), or ``None``."""
+    if conv._norm not in ("left", "both"):
+        return None
+    src = feat[0] if isinstance(feat, tuple) else feat
+    if not isinstance(src, torch.Tensor) or not src.is_floating_point():
+        return None
+    degs = graph.out_degrees().to(src).clamp(min=1)
+    return torch.pow(degs, -0.5) if conv._norm == "both" else 1.0 / degs
 
 
 def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
@@ -155,6 +225,7 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
     orig_spmm = originals[(sp_mod, "spmm")]
     orig_matmul = originals[(sp_mod, "matmul")]
     orig_gspmm = originals[(_module("dgl.ops.spmm"), "gspmm_internal")]
+    orig_graphconv = originals[(_graphconv_class(), "forward")]
     SparseMatrix = _module("dgl.sparse").SparseMatrix
     dgl_autocast = _module("dgl.backend.pytorch.sparse")
 
@@ -163,6 +234,8 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
 
     def spmm(A, X):
         out = _sparse_product(A, X, rsc) if owned() and isinstance(A, SparseMatrix) else None
+        if out is None and owned() and _trains(X) and getattr(A, "nnz", 0) > 0:
+            _left_to_dgl(rsc, X, "a SparseMatrix product the engine does not take")
         return orig_spmm(A, X) if out is None else out
 
     def matmul(A, B):
@@ -173,17 +246,32 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
     def gspmm_internal(gidx, op, reduce_op, lhs_data, rhs_data):
         if not owned():
             return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
+        col = hint.pop("col", None)  # one aggregation per GraphConv forward
         if torch.is_autocast_enabled():  # DGL computes in the autocast dtype: so do we
             args = dgl_autocast._cast_if_autocast_enabled(lhs_data, rhs_data)
             with dgl_autocast._disable_autocast_if_enabled():
-                out = _message_product(gidx, op, reduce_op, *args, rsc)
+                out = _message_product(gidx, op, reduce_op, *args, rsc, col)
         else:
-            out = _message_product(gidx, op, reduce_op, lhs_data, rhs_data, rsc)
+            out = _message_product(gidx, op, reduce_op, lhs_data, rhs_data, rsc, col)
+        if out is None and _trains(lhs_data) and gidx.num_edges(0) > 0:
+            _left_to_dgl(rsc, lhs_data, _message_reason(gidx, op, reduce_op, lhs_data, rhs_data))
         return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data) if out is None else out
 
-    for f in (spmm, matmul, gspmm_internal):
+    hint: dict = {}  # the source normalization of the GraphConv forward in progress
+
+    def graphconv_forward(self, graph, feat, weight=None, edge_weight=None):
+        if owned() and not hint:
+            col = _graphconv_col(self, graph, feat)
+            if col is not None:
+                hint["col"] = col
+        try:
+            return orig_graphconv(self, graph, feat, weight=weight, edge_weight=edge_weight)
+        finally:
+            hint.clear()
+
+    for f in (spmm, matmul, gspmm_internal, graphconv_forward):
         setattr(f, _MARK, True)
-    return spmm, matmul, gspmm_internal
+    return spmm, matmul, gspmm_internal, graphconv_forward
 
 
 @contextlib.contextmanager
@@ -214,6 +302,7 @@ def patch(
         rsc = config
     else:
         rsc = RSCController(config, **overrides)
+    warn_never_exact(rsc.config, "dgl_rsc.patch()")
     symbols = patched_symbols()
     with _ACTIVATION:
         if is_patched():
@@ -223,12 +312,15 @@ def patch(
                 "opening another."
             )
         originals = {(owner, name): owner.__dict__[name] for owner, name in symbols}
-        spmm, matmul, gspmm_internal = _make_wrappers(rsc, originals, threading.get_ident())
+        spmm, matmul, gspmm_internal, graphconv_forward = _make_wrappers(
+            rsc, originals, threading.get_ident()
+        )
         replacement = {
             "spmm": spmm,
             "matmul": matmul,
             "__matmul__": matmul,
             "gspmm_internal": gspmm_internal,
+            "forward": graphconv_forward,
         }
         for owner, name in symbols:
             setattr(owner, name, replacement[name])

@@ -60,6 +60,7 @@ class LayerSlot:
         """``(N, D)`` approximation of ``A^T @ dY`` for ``A (M, N)``, ``dY (M, D)`` (with
         ``A``'s row and column scales), by the step's phase."""
         state, step, cfg = self.state, self.step, self.step.config
+        state.backward_calls += 1  # the controller sees a training pass end (rsc.step checks)
         state.bind(A)
         state.stats.product(A.shape[0], dY.shape[1], A.nnz)
         if step.phase == "exact":

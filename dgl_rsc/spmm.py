@@ -11,7 +11,7 @@ from typing import Optional, Union
 import torch
 
 from .controller import RSCController
-from .csr import CSR
+from .csr import CSR, check_shape
 from .layer_state import LayerState
 from .products import NO_SCALES, Scales, csr_mm, csr_t_mm, sddmm
 from .sampling import apply_scale, draw_sample, propagate_nonfinite, sample_product
@@ -162,13 +162,16 @@ def spmm_csr(
         indptr: ``(M+1,)`` int32/int64.
         indices: ``(nnz,)`` column ids.
         values: ``(nnz,)`` floating values or ``None`` (all ones). Gradients flow to it.
-        shape: ``(M, N)``.
+            Any floating dtype (fp16/bf16 included): the product runs in ``X``'s dtype
+            (values are cast to it), and the gradient of ``values`` comes back in theirs.
+        shape: ``(M, N)``, two non-negative integers (a float, string or bool is refused).
         X: ``(N,)`` or ``(N, D)`` floating.
         rsc: ``None`` for the exact backward; a float budget fraction for stateless top
             rows; an :class:`RSCController` (this call is its next product) or one of its
             slots (``controller.slot(i)``: product ``i`` in the current step).
         row_scale: ``(M,)`` scale of the output rows (``None``: 1); with ``row_divide`` the
-            rows are divided by it (mean aggregation by in-degree). No gradient flows to it.
+            rows are divided by it (mean aggregation by in-degree), and a row whose scale is
+            0 (an empty row's in-degree) gives 0, as DGL's mean does. No gradient flows to it.
         col_scale: ``(N,)`` scale of ``X``'s rows before the product (``None``: 1).
 
     The scales are part of the matrix RSC samples from: rows are scored as rows of the
@@ -189,13 +192,15 @@ def spmm_csr(
         [1.0, 1.0]
     """
 
+    shape = check_shape(shape)
+
     def build():
         return CSR(indptr, indices, None, shape)
 
     if isinstance(rsc, RSCController):
         # reuse the structure (and its cached transpose) while the same index tensors come in
         base = rsc.structures.get(indptr, build)
-        if base.indices is not indices or base.shape != tuple(int(s) for s in shape):
+        if base.indices is not indices or base.shape != shape:
             rsc.structures.drop(indptr)
             base = rsc.structures.get(indptr, build)
     else:
@@ -233,8 +238,11 @@ def spmm_matrix(
     ``X`` (or before a dense product that produced ``X``); not applied again, only used to
     score rows as rows of the normalized matrix."""
     check_dense(X, A.shape[1], A.device)
+    row = _check_scale("row_scale", row_scale, A.shape[0], X)
+    if row is not None and row_divide:  # x / inf = 0: a row divided by 0 gives 0, not NaN
+        row = torch.where(row == 0, torch.full_like(row, float("inf")), row)
     scales = Scales(
-        _check_scale("row_scale", row_scale, A.shape[0], X),
+        row,
         _check_scale("col_scale", col_scale, A.shape[1], X),
         bool(row_divide) and row_scale is not None,
         _check_scale("score_col_scale", score_col_scale, A.shape[1], X),

@@ -97,11 +97,11 @@ def check(stock, graph, inputs, call, dtype, products: Optional[int] = 1, by_pat
     inputs = {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
     ours = rnn.twin(copy.deepcopy(stock))
     assert type(ours) is rnn.TWINS[type(stock).__name__]
-    ctl = rnn.attach(torch.nn.ModuleList([ours]), budget=1.0, warmup_steps=0)
+    ctl = rnn.attach(torch.nn.ModuleList([ours]), budget=1.0, warmup_steps=0, switch_at=1.0)
     patched = copy.deepcopy(stock)
     ref = run(stock, graph, inputs, call)
     got = run(ours, graph, inputs, call)
-    with dgl_rsc.patch(budget=1.0, warmup_steps=0) as rsc:
+    with dgl_rsc.patch(budget=1.0, warmup_steps=0, switch_at=1.0) as rsc:
         pat = run(patched, graph, inputs, call)
     assert got.out.dtype == ref.out.dtype == dtype
     assert torch.equal(got.out, ref.out), (got.out - ref.out).abs().max()

@@ -127,12 +127,16 @@ def test_layers_by_call_order_and_solver_allocation():
     assert [x["nnz_budget"] for x in rsc.stats()["layers"]] == alloc.nnz
 
 
-def test_forgetting_step_is_a_clear_error(A):
+def test_products_without_backward_or_step_warn_once_and_stay_bounded(A):
+    """Forwards with gradients but no backward and no step(): a warning naming rsc.step(),
+    never an exception, and no more than MAX_PRODUCTS_PER_STEP product states."""
     rsc = RSCController(warmup_steps=0)
     X = torch.randn(600, 2, requires_grad=True)
-    with pytest.raises(RuntimeError, match=r"rsc.step\(\)"):
-        for _ in range(MAX_PRODUCTS_PER_STEP + 1):
+    with pytest.warns(UserWarning, match=r"rsc\.step\(\)") as caught:
+        for _ in range(MAX_PRODUCTS_PER_STEP + 5):
             spmm_matrix(A, X, rsc)
+    assert len([w for w in caught if "rsc.step()" in str(w.message)]) == 1
+    assert len(rsc.layers) == MAX_PRODUCTS_PER_STEP
 
 
 def test_state_dict_roundtrip_resumes_identically(A, tmp_path):

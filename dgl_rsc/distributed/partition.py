@@ -228,6 +228,9 @@ def partition_quality(src, dst, num_nodes: int, part, parts: Optional[int] = Non
 
 # ---- the disk cache -----------------------------------------------------------------------
 
+_QUALITY_KEYS = frozenset(("parts", "num_nodes", "num_edges", "nodes", "edges", "edge_cut",
+                           "edge_cut_fraction", "halo_nodes", "marginal", "central",
+                           "node_balance", "edge_balance"))  # fmt: skip
 _FORMAT = "dgl_rsc.partition/1"  # marks a file as ours; bump it when the layout changes
 _NAME = re.compile(r"part-[a-z0-9-]+-p\d+-s\d+-[0-9a-f]{20}\.(npz|json)")
 
@@ -254,10 +257,15 @@ def _read_part(path: str, key: str, n: int, parts: int) -> tuple[str, Optional[t
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
         return "corrupt", None
     ok = part.shape == (n,) and bool(((part >= 0) & (part < parts)).all())
+    ok = ok and bool((torch.bincount(part, minlength=parts) > 0).all())  # no empty part
     return ("hit", part) if ok else ("corrupt", None)
 
 
-def _read_quality(path: str, key: str) -> tuple[str, Optional[dict]]:
+def _read_quality(
+    path: str, key: str, part: torch.Tensor, parts: int, num_edges: int
+) -> tuple[str, Optional[dict]]:
+    """Like :func:`_read_part`; a record whose quality does not fit ``part`` (its keys, its
+    sizes, its node counts per part) is ``corrupt``."""  # fmt: skip
     if not os.path.exists(path):
         return "missing", None
     try:
@@ -267,7 +275,13 @@ def _read_quality(path: str, key: str) -> tuple[str, Optional[dict]]:
         return "corrupt", None
     if not isinstance(record, dict) or record.get("format") != _FORMAT:
         return "foreign", None
-    return ("hit", record["quality"]) if record.get("key") == key else ("stale", None)
+    if record.get("key") != key:
+        return "stale", None
+    q = record.get("quality")
+    ok = isinstance(q, dict) and set(q) == _QUALITY_KEYS
+    ok = ok and (q["parts"], q["num_nodes"], q["num_edges"]) == (parts, part.numel(), num_edges)
+    ok = ok and q["nodes"] == torch.bincount(part, minlength=parts).tolist()
+    return ("hit", q) if ok else ("corrupt", None)
 
 
 def load_or_partition(
@@ -284,8 +298,10 @@ def load_or_partition(
     The file ``cache_dir/part-{method}-p{parts}-s{seed}-{hash}.npz`` (numpy, loaded with
     ``allow_pickle=False``) holds the part vector, the full SHA-256 key of (edge list, ``N``,
     ``parts``, ``method``, ``seed``) and ``N``; the quality sits next to it as ``.json``.
-    Both are written atomically. A file of ours whose key or ``N`` does not match, or a file
-    at that name that cannot be read, is recomputed and replaced with a logged warning. A
+    Both are written atomically. A file of ours whose key or ``N`` does not match, whose
+    content fails its checks (part ids in ``[0, P)``, no empty part; the quality's keys and
+    node counts match the part vector), or a file at that name that cannot be read, is
+    recomputed and replaced with a logged warning. A
     readable file at that name without our format marker is not ours: it is left untouched,
     the result is recomputed and not cached (``path`` is then ``None``).
 
@@ -323,7 +339,7 @@ def load_or_partition(
             "format": np.array(_FORMAT),
         }
         atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
-    status, quality = _read_quality(qpath, key)
+    status, quality = _read_quality(qpath, key, part, parts, int(src.numel()))
     if status == "hit":
         return part, quality, path
     quality = partition_quality(src, dst, n, part, parts)

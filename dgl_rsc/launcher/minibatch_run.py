@@ -17,6 +17,7 @@ graph they are given (the subgraph's), so the edge weight passed to them also un
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from typing import Optional
@@ -49,14 +50,19 @@ class BatchSource:
         prep: the experiment's full-graph data (edges with self-loops when the model wants).
         seed: the run's seed (batch order and SAINT draws).
         keep: batch graphs kept by key (the subgraph cache).
+        graph_kind: the kind of graph the run's model takes (``"native"`` or ``"dgl"``, the
+            run's engine's :attr:`~dgl_rsc.engines.Engine.graph`); default: ``train.engine``'s.
+            The stock baseline passes ``"dgl"``: its ``dgl.nn`` layers need ``DGLGraph``
+            batches, drawn by the same loader as the other methods' (the same batches).
     """
 
-    def __init__(self, cfg, prep, seed: int, keep: int = 64):
+    def __init__(self, cfg, prep, seed: int, keep: int = 64, graph_kind: Optional[str] = None):
         from ..minibatch.samplers import ClusterLoader, SaintLoader
 
         mb, t = cfg.minibatch, cfg.train
-        self.mode, self.kind = t.mode, get_engine(t.engine).graph
-        engine = "native" if self.kind == "native" else "dgl"
+        loader_kind = get_engine(t.engine).graph
+        self.mode, self.kind = t.mode, graph_kind or loader_kind
+        engine = "native" if loader_kind == "native" else "dgl"
         src, dst, n = prep.edges
         if t.mode == "cluster":
             part = getattr(prep, "mb_partition", None)
@@ -139,18 +145,18 @@ def minibatch_epoch(run, prep, source: BatchSource, epoch: int) -> dict:
             continue  # no training node in this batch: no loss, no step
         ew = source.edge_weight(batch)
         feat = prep.feat[idx]
-        logits = run.model(graph, feat) if ew is None else run.model(graph, feat, edge_weight=ew)
-        loss = _batch_loss(task, logits[mask].float(), prep.label[idx][mask], batch, mask, source)
+        with run.autocast():  # train.amp, as in full-graph steps (a no-op on CPU)
+            kw = {} if ew is None else {"edge_weight": ew}
+            logits = run.model(graph, feat, **kw)
+            loss = _batch_loss(task, logits[mask].float(), prep.label[idx][mask], batch, mask,
+                               source)  # fmt: skip
         t1 = time.perf_counter()
         value = float(loss)
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             return {**out, "loss": value}
-        run.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        run.backward(loss)
         t2 = time.perf_counter()
-        run.opt.step()
-        if run.ctl is not None:
-            run.ctl.step()
+        run.step()
         t3 = time.perf_counter()
         for k, v in (("forward_s", t1 - t0), ("backward_s", t2 - t1), ("step_s", t3 - t2)):
             out[k] += v

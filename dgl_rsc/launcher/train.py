@@ -51,6 +51,7 @@ from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .mb_schema import check_sizes
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
+from .run_state import RunState
 from .runid import identity as run_identity
 from .runid import read_run_id, verify_set
 from .schema import RunConfig
@@ -201,25 +202,7 @@ def _seed_all(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-@dataclasses.dataclass
-class _Run:
-    """What one run trains with; ``ctl`` is ``None`` for the stock baseline."""
-
-    model: torch.nn.Module
-    graph: object
-    opt: torch.optim.Optimizer
-    ctl: Optional[RSCController]
-    ctx: contextlib.AbstractContextManager
-    amp: str
-    scaler: Optional[torch.cuda.amp.GradScaler]
-    batches: object = None  # the BatchSource of mini-batch training, or None
-
-    def autocast(self):
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.amp)
-        return torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
-
-
-def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
+def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunState:
     """Model, optimizer, controller, patch context and AMP of one run (seeded before).
 
     ``rsc`` and ``exact`` run on ``train.engine`` with a controller (the exact one switched to
@@ -257,8 +240,8 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> _Run:
         from .minibatch_run import BatchSource
 
         keep = cfg.rsc.subgraph_cache if cfg.rsc is not None else 64
-        batches = BatchSource(cfg, prep, seed, keep=max(keep, 1))
-    return _Run(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
+        batches = BatchSource(cfg, prep, seed, keep=max(keep, 1), graph_kind=engine.graph)
+    return RunState(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
                 batches)  # fmt: skip
 
 
@@ -267,7 +250,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _train_step(run: _Run, prep: Prepared) -> dict:
+def _train_step(run: RunState, prep: Prepared) -> dict:
     """One full-batch optimizer step, timed in three parts (seconds)."""
     mask, dev = prep.masks["train"], prep.device
     run.model.train()
@@ -280,18 +263,11 @@ def _train_step(run: _Run, prep: Prepared) -> dict:
     value = prep.reducer.value(loss)  # the whole graph's loss (summed over ranks)
     if not math.isfinite(value):
         return {"loss": value}  # no backward, no step: the caller stops the run
-    run.opt.zero_grad(set_to_none=True)
-    (run.scaler.scale(loss) if run.scaler else loss).backward()
+    run.backward(loss)
     prep.reducer.after_backward(run.model)  # gradients summed over ranks
     _sync(dev)
     t2 = time.perf_counter()
-    if run.scaler:
-        run.scaler.step(run.opt)
-        run.scaler.update()
-    else:
-        run.opt.step()
-    if run.ctl is not None:
-        run.ctl.step(value)  # the loss feeds the guard (full-graph runs)
+    run.step(value)  # the loss feeds the guard (full-graph runs)
     _sync(dev)
     t3 = time.perf_counter()
     return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,
@@ -396,7 +372,7 @@ def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4f}"
 
 
-def _evaluate(run: _Run, prep: Prepared) -> dict:
+def _evaluate(run: RunState, prep: Prepared) -> dict:
     """``{"train", "val", "test"}`` metric of the model in eval mode, without gradients."""
     run.model.eval()
     with torch.no_grad(), run.autocast():

@@ -19,8 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
-import os
-import tempfile
 import warnings
 from typing import Callable, Iterator, Optional
 
@@ -89,23 +87,19 @@ def _run(
 
 
 class DGLCluster:
-    """Cluster-GCN through ``dgl.dataloading.ClusterGCNSampler``, given our partition: DGL
-    loads a cache file instead of partitioning when ``cache_path`` exists, so the layout is
-    written there in that file's format (``ClusterLayout.save``) and DGL reads it back."""
+    """Cluster-GCN through ``dgl.dataloading.ClusterGCNSampler``, given our partition.
+
+    DGL's constructor either runs METIS or unpickles a cache file; neither is wanted (our
+    clusters, and no file that could run code), so the sampler is made without its
+    constructor and given the layout's arrays, the two attributes its ``sample`` reads
+    (DGL 2.1's ``partition_offset`` and ``partition_node_ids``)."""
 
     def __init__(self, src, dst, num_nodes, layout, batch_size, shuffle, seed, layout_file):
         dgl = _deps.require_dgl()
         self.graph = dgl.graph((src, dst), num_nodes=num_nodes)
         self.num_parts, self.batch_size, self.shuffle = layout.num_parts, batch_size, shuffle
         self.seed = seed
-        sampler = dgl.dataloading.ClusterGCNSampler
-        if layout_file is not None:
-            self.sampler = sampler(self.graph, self.num_parts, cache_path=layout_file)
-        else:
-            with tempfile.TemporaryDirectory() as folder:
-                path = os.path.join(folder, "cluster_gcn.pkl")
-                layout.save(path)
-                self.sampler = sampler(self.graph, self.num_parts, cache_path=path)
+        self.sampler = _given_clusters(dgl, layout)
 
     def batches(self, stream: int, epoch: int) -> Iterator[SubgraphBatch]:
         dgl = _deps.require_dgl()
@@ -119,6 +113,16 @@ class DGLCluster:
             num_workers=0,
         )
         return _run(loader, _GlobalRngs(derive_seed(self.seed, stream, epoch)), epoch)
+
+
+def _given_clusters(dgl, layout):
+    """A ``ClusterGCNSampler`` holding ``layout`` (no METIS run, no cache file read)."""
+    cls = dgl.dataloading.ClusterGCNSampler
+    sampler = cls.__new__(cls)
+    dgl.dataloading.Sampler.__init__(sampler)
+    sampler.partition_offset, sampler.partition_node_ids = layout.offsets, layout.node_ids
+    sampler.prefetch_ndata, sampler.prefetch_edata, sampler.output_device = [], [], None
+    return sampler
 
 
 class DGLSaint:

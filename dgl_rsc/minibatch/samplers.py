@@ -17,27 +17,24 @@ with NumPy and torch, so that for a seed both yield the same :class:`.SubgraphBa
   modes ``'edge'`` and ``'walk'`` the engines therefore agree in distribution (the same
   edge probabilities, the same walk roots), not batch for batch.
 - Cluster-GCN: both engines use one partition (pymetis, or the one passed in), which the
-  DGL engine hands to ``ClusterGCNSampler`` as its cache file, in that file's format.
+  DGL engine puts into ``ClusterGCNSampler`` directly: no file is handed to DGL, which would
+  unpickle it. The optional cache file (:mod:`.clusters`) is an npz read without pickle.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import hashlib
 import itertools
 import logging
-import os
-import pickle
 from typing import Iterator, Optional
 
 import numpy as np
 import torch
 
 from .. import _deps
-from ..data.graphdata import clean_edges
-from ..launcher.checkpoint import atomic_write
 from .batch import SaintNorms, SubgraphBatch, derive_seed, estimate_saint_norms
+from .clusters import ClusterLayout, check_partition, cluster_layout, metis_clusters
 
 __all__ = [
     "ClusterLoader",
@@ -125,101 +122,6 @@ class OutCSR:
 
 
 # -- Cluster-GCN ---------------------------------------------------------------------------
-
-
-def metis_clusters(src, dst, num_nodes: int, num_parts: int, seed: int = 0) -> torch.Tensor:
-    """``(N,)`` int64 METIS cluster of each node (pymetis on the symmetrized graph without
-    self-loops, METIS seeded with ``seed``)."""
-    pymetis, reason = _deps._probe("pymetis")
-    if pymetis is None:
-        raise ImportError(
-            f"Cluster-GCN partitions the graph with METIS through pymetis, which is not usable "
-            f"({reason}). Install it with `pip install pymetis`, or pass partition=."
-        )
-    s, d = clean_edges(src, dst, num_nodes, symmetrize=True)  # sorted by d: a CSR
-    xadj = torch.zeros(num_nodes + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(d, minlength=num_nodes), 0, out=xadj[1:])
-    result = pymetis.part_graph(
-        num_parts,
-        adjacency=pymetis.CSRAdjacency(xadj.numpy(), s.numpy()),
-        options=pymetis.Options(seed=int(seed)),
-    )
-    return torch.as_tensor(np.asarray(result.vertex_part, dtype=np.int64))
-
-
-class ClusterLayout:
-    """Cluster ``c`` holds ``node_ids[offsets[c]:offsets[c + 1]]`` (ascending).
-
-    On disk it takes the format of DGL 2.1's ``ClusterGCNSampler`` cache file, a pickled
-    ``(offsets (P+1,), node_ids (N,))`` pair of int64 tensors, which is how the DGL engine
-    gets this partition.
-    """
-
-    def __init__(self, offsets: torch.Tensor, node_ids: torch.Tensor):
-        self.offsets, self.node_ids = offsets, node_ids
-
-    @classmethod
-    def from_parts(cls, part: torch.Tensor, num_parts: int) -> ClusterLayout:
-        offsets = torch.zeros(num_parts + 1, dtype=torch.int64)
-        torch.cumsum(torch.bincount(part, minlength=num_parts), 0, out=offsets[1:])
-        return cls(offsets, torch.argsort(part, stable=True))
-
-    @property
-    def num_parts(self) -> int:
-        return self.offsets.numel() - 1
-
-    def nodes(self, parts) -> torch.Tensor:
-        """``(n_b,)`` the nodes of clusters ``parts``, cluster after cluster."""
-        o = self.offsets.tolist()
-        return torch.cat([self.node_ids[o[c] : o[c + 1]] for c in parts])
-
-    def save(self, path: str) -> None:
-        atomic_write(path, lambda f: pickle.dump((self.offsets, self.node_ids), f))
-
-    @classmethod
-    def load(cls, path: str, num_parts: int, num_nodes: int) -> ClusterLayout:
-        with open(path, "rb") as f:
-            offsets, node_ids = pickle.load(f)  # a file of our own name (see cluster_layout)
-        if offsets.shape != (num_parts + 1,) or node_ids.shape != (num_nodes,):
-            raise ValueError(
-                f"{path} holds a partition into {offsets.numel() - 1} clusters of "
-                f"{node_ids.numel()} nodes, not {num_parts} of {num_nodes}; remove the file."
-            )
-        return cls(offsets.long(), node_ids.long())
-
-
-def cluster_layout(src, dst, n, num_parts, seed, partition, cache_dir):
-    """``(layout, path)``: the clusters, and the file that holds them in ``cache_dir`` (named by
-    a digest of what determines them; reused when present) or ``None``."""
-    digest = hashlib.blake2b(f"cluster-v1 {n} {num_parts} {seed}".encode(), digest_size=12)
-    for t in (src, dst) if partition is None else (partition,):
-        digest.update(t.numpy().tobytes())
-    path = None
-    if cache_dir is not None:
-        path = os.path.join(os.fspath(cache_dir), f"cluster_gcn-{digest.hexdigest()}.pkl")
-        if os.path.exists(path):
-            log.info("Cluster-GCN: reusing the partition in %s", path)
-            return ClusterLayout.load(path, num_parts, n), path
-    if partition is None:
-        partition = metis_clusters(src, dst, n, num_parts, seed)
-    layout = ClusterLayout.from_parts(partition, num_parts)
-    if path is not None:
-        layout.save(path)
-        log.info("Cluster-GCN: %d clusters of %d nodes written to %s", num_parts, n, path)
-    return layout, path
-
-
-def _check_partition(partition, n: int, num_parts: int) -> torch.Tensor:
-    part = torch.as_tensor(partition)
-    if part.shape != (n,) or part.is_floating_point() or part.dtype == torch.bool:
-        raise ValueError(
-            f"partition must be an (N,) = ({n},) integer tensor, got {part.dtype} "
-            f"{tuple(part.shape)}."
-        )
-    part = part.to("cpu", torch.int64)
-    if int(part.min()) < 0 or int(part.max()) >= num_parts:
-        raise ValueError(f"partition ids must lie in [0, num_parts={num_parts}).")
-    return part
 
 
 class NativeCluster:
@@ -390,7 +292,8 @@ class ClusterLoader(_Loader):
         shuffle: draw a new grouping each epoch (Cluster-GCN); ``False`` keeps batch ``i``
             = clusters ``[i*batch_size, (i+1)*batch_size)``, so batches recur every epoch.
         partition: ``(N,)`` cluster of each node, instead of METIS.
-        cache_dir: keep the partition there (``cluster_gcn-<digest>.pkl``, DGL's format).
+        cache_dir: keep the clusters there (``cluster_gcn-<digest>.npz``, see :mod:`.clusters`;
+            an entry that fails its checks is recomputed).
 
     Attributes:
         layout: the :class:`ClusterLayout`; layout_file: its file in ``cache_dir`` or ``None``.
@@ -429,7 +332,7 @@ class ClusterLoader(_Loader):
         self.seed = _int_arg("seed", seed, 0, _SEED_MAX)
         cls = _engine(engine, "cluster")
         if partition is not None:
-            partition = _check_partition(partition, n, self.num_parts)
+            partition = check_partition(partition, n, self.num_parts)
         self.layout, self.layout_file = cluster_layout(
             src, dst, n, self.num_parts, self.seed, partition, cache_dir
         )

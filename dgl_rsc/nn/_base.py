@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Optional
 
 import torch
@@ -13,6 +12,7 @@ from ..controller import RSCController
 from ..graph import message_structure
 from ..spmm import spmm_matrix
 from ..structure_cache import StructureCache
+from ..user_warnings import warn_user
 from .errors import layer_error
 from .messages import feature_weighted_sum, resolve_edge_weight
 
@@ -162,5 +162,5 @@ class RSCLayer(nn.Module):
             return self._rsc_ctl.slot(self._rsc_index + slot)
         if self._rsc_mode == "unattached" and not self._rsc_warned:
             self._rsc_warned = True
-            warnings.warn(UNATTACHED_MESSAGE.format(name=type(self).__name__), stacklevel=3)
+            warn_user(UNATTACHED_MESSAGE.format(name=type(self).__name__))
         return None

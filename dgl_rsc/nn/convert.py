@@ -15,7 +15,7 @@ from torch import nn
 
 from .. import _deps
 from ..config import RSCConfig
-from ..controller import RSCController
+from ..controller import RSCController, warn_never_exact
 from ._base import RSCLayer
 from .chebconv import ChebConv
 from .gcn2conv import GCN2Conv
@@ -115,6 +115,7 @@ def attach(
         ctl = config
     else:
         ctl = RSCController(config, **overrides)
+    warn_never_exact(ctl.config, "dgl_rsc.nn.attach()")
     index = 0
     for layer in layers:
         layer.rsc_attach(ctl, index)

@@ -33,6 +33,8 @@ __all__ = [
     "sample_product",
 ]
 
+_HALF = (torch.float16, torch.bfloat16)
+
 
 @dataclass
 class Sample:
@@ -97,6 +99,9 @@ def draw_sample(
             left of the budget; ``"sample"`` treats it like any other entry.
         norms: ``(M,)`` :func:`row_norms` of ``A`` and ``scales`` when the caller has them
             (they depend on the matrix alone), else computed here.
+        min_k: the fewest rows kept; at least 1 whenever a row has a non-zero score, even
+            over ``nnz_budget`` (a sample never keeps nothing while the gradient is not
+            zero), except with ``diagonal="exact"``, whose diagonal term is always there.
     Returns:
         A :class:`Sample` (token and epoch unset; ``scores`` set).
     """
@@ -107,15 +112,24 @@ def draw_sample(
         norms = row_norms(A, scales, skip_diagonal=diag is not None)
     scores = backend.row_scores(norms, dY)
     key = selection_key(scores, row_nnz, rule)
+    # at least one row (when any has a non-zero score): a budget too small for the best row
+    # would otherwise keep none and return an all-zero gradient (with an exact diagonal, the
+    # diagonal term is already there and min_k is taken as given)
+    min_k = max(int(min_k), 1 if diag is None else 0)
     mask, k = backend.select_rows(key, row_nnz, max(budget, 0), min_k)
+    # fp16/bf16 values are sliced as float32 (exact both ways): not every backend slices them
+    values = A.values if A.values is None else A.values.detach()
+    half = values is not None and values.dtype in _HALF
+    values = values.float() if half else values
     if diag is None and hasattr(backend, "slice_rows"):  # cut from the kept rows alone
-        s_indptr, s_idx, s_vals = backend.slice_rows(A.indptr, A.indices, A.values, A.shape,
+        s_indptr, s_idx, s_vals = backend.slice_rows(A.indptr, A.indices, values, A.shape,
                                                      mask)  # fmt: skip
     else:
         t_indptr, t_rows, perm = A.transposed()
-        t_vals = None if A.values is None else A.values.detach()[perm]
+        t_vals = None if values is None else values[perm]
         keep = None if diag is None else diag[2]
         s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask, keep)
+    s_vals = s_vals.to(A.values.dtype) if half else s_vals
     factor = mass_scale(scores, mask) if rescale == "mass" else None
     t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
     return Sample(None, -1, t_slice, k, s_indptr[-1].long(), factor, mask, scores)

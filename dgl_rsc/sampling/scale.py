@@ -20,6 +20,7 @@ not clearly positive (independent rows) the factor is exactly 1.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -111,7 +112,10 @@ def estimate_ls_scale(
     generator: Optional[torch.Generator] = None,
     skip_diagonal: bool = False,
 ) -> torch.Tensor:
-    """0-dim float32 estimate of ``c*`` (see the module docstring), clipped to ``[1, mass]``.
+    """0-dim float32 estimate of ``c*`` (see the module docstring), clipped to ``[1, mass]``;
+    always finite: non-finite entries of ``G_kept`` and non-finite probes are left out (the
+    NaN/Inf themselves reach the gradient through the kept rows and
+    :func:`~dgl_rsc.sampling.propagate_nonfinite`, never through the factor).
 
     Args:
         G_kept: ``(N, D)`` the sampled product of the kept rows (without an exactly applied
@@ -122,13 +126,21 @@ def estimate_ls_scale(
     """
     s = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0)
     total, kept_mass = s.sum(), s[kept].sum()
+    if scales.col is None and scales.hint_col is not None:
+        # the caller applied the column scale to X itself: measure G in the space of the
+        # normalized matrix, as if the scale had been applied here (the same factor whether
+        # a layer fuses the scale into the product or scales X first, as stock DGL does)
+        G_kept = G_kept * scales.hint_col.to(G_kept.dtype).reshape(-1, 1)
     one = torch.ones((), dtype=torch.float32, device=s.device)
     if float(kept_mass) <= 0:
         return one
     mass = total / kept_mass
     dropped = torch.nonzero(~kept & (s > 0)).squeeze(1)
     g2 = float(torch.linalg.vector_norm(G_kept.float())) ** 2  # fp32, pairwise: no copy
-    if dropped.numel() == 0 or probe_rows <= 0 or g2 <= 0:
+    if not math.isfinite(g2):  # a NaN/Inf in dY: estimate from the finite entries only, so
+        G_kept = torch.nan_to_num(G_kept.float(), nan=0.0, posinf=0.0, neginf=0.0)  # the
+        g2 = float(torch.linalg.vector_norm(G_kept)) ** 2  # factor stays finite
+    if dropped.numel() == 0 or probe_rows <= 0 or not 0 < g2 < math.inf:
         return one
     p = s[dropped].double()
     p = p / p.sum()
@@ -137,5 +149,7 @@ def estimate_ls_scale(
                                 skip_diagonal) / p[pick]  # fmt: skip
     se = float(cross.std()) / probe_rows**0.5 if probe_rows > 1 else float("inf")
     lower = float(cross.mean()) - CONFIDENCE * se
+    if not math.isfinite(lower):  # NaN/Inf in a probed row: no evidence for a factor
+        return one
     c = 1.0 + max(lower, 0.0) / g2
     return torch.clamp(torch.tensor(c, dtype=torch.float32, device=s.device), 1.0, float(mass))
