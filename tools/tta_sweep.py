@@ -67,9 +67,10 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--set", action="append", default=[], dest="sets", help="base override")
     p.add_argument("--tolerance", type=float, default=0.3, help="points below exact's best")
+    p.add_argument("--eval-every", type=int, default=1)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    base = [*args.sets, "train.eval_every=1", "train.checkpoint_every=0"]
+    base = [*args.sets, f"train.eval_every={args.eval_every}", "train.checkpoint_every=0"]
     cfg0 = _config(args.config, {}, base)
     prep = prepare(cfg0)
     variants = [_variant(v) for v in args.variant] or [("default", {})]

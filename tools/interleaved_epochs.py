@@ -1,0 +1,72 @@
+"""Per-epoch time of several RSC settings against exact, measured interleaved epoch by epoch.
+
+On a shared machine the load changes on the scale of seconds; timing whole runs one after the
+other then compares machine states, not settings. Here every setting trains its own model on
+the same graph and the settings take turns one epoch at a time, so each round sees about the
+same load; the ratio of the per-setting medians is what the setting changes.
+
+    python tools/interleaved_epochs.py yaml_configs/quickstart.yaml --rounds 40 \
+        --variant c10: --variant c1:cache_interval=1 --out results/interleaved_qs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+from dgl_rsc.launcher.train import _setup, _train_step, prepare
+from dgl_rsc.launcher.yaml_io import load_config
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config")
+    p.add_argument("--variant", action="append", default=[], help="name:key=value,...")
+    p.add_argument("--rounds", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=12, help="rounds not timed (warm-up, tune)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    cfg = load_config(args.config, ["train.checkpoint_every=0", "train.eval_every=1000000"])
+    prep = prepare(cfg)
+    runs = {}
+    torch.manual_seed(0)
+    runs["exact"] = _setup(cfg, prep, "exact")
+    total = args.rounds + args.warmup
+    for text in args.variant or ["default:"]:
+        name, _, rest = text.partition(":")
+        sets = dict(item.split("=", 1) for item in filter(None, rest.split(",")))
+        sets = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
+                for k, v in sets.items()}  # fmt: skip
+        rsc = cfg.rsc.replace(total_steps=10**9, **sets)  # never switches to exact here
+        torch.manual_seed(0)
+        runs[name] = _setup(dataclasses.replace(cfg, rsc=rsc), prep, "rsc")
+    times = {k: [] for k in runs}
+    for r in range(total):
+        for name, run in runs.items():
+            with run.ctx:
+                t = _train_step(run, prep)["epoch_s"]
+            if r >= args.warmup:
+                times[name].append(t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {"config": args.config, "machine": platform.node(), "date": time.strftime("%F %T"),
+              "rounds": args.rounds, "median_epoch_s": med,
+              "ratio_to_exact": {k: med["exact"] / v for k, v in med.items()},
+              "visited_fraction": {k: (r.ctl.stats()["visited_fraction"] if r.ctl else None)
+                                   for k, r in runs.items()}}  # fmt: skip
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    for k in runs:
+        print(f"{k:10s} {med[k] * 1000:8.1f} ms  x{result['ratio_to_exact'][k]:.3f}  "
+              f"visited {result['visited_fraction'][k]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
