@@ -13,7 +13,7 @@ import importlib
 
 from ..nn.convert import attach, exact, rsc_layers
 from .convert import TWINS, convert, twin
-from .patch import is_patched, patch
+from .patch import is_patched, patch, patched_symbols
 
 __all__ = [
     "GCN2Conv",
@@ -25,6 +25,7 @@ __all__ = [
     "exact",
     "is_patched",
     "patch",
+    "patched_symbols",
     "rsc_layers",
     "twin",
 ]

@@ -25,6 +25,7 @@ _tg = _deps.require_torch_geometric()
 _convs = _tg.nn.conv
 Adj = _tg.typing.Adj
 OptPairTensor = _tg.typing.OptPairTensor
+OptTensor = _tg.typing.OptTensor
 
 PASSTHROUGH_MESSAGE = (
     "{name}: a call with {reason} runs PyG's own message passing, whose backward is exact "
@@ -85,6 +86,8 @@ class GCNConv(_convs.GCNConv, RSCPygLayer):
         out = self._rsc_fused(adj_t, x)
         return super().message_and_aggregate(adj_t, x) if out is None else out
 
+    # PyG compiles ``propagate`` from this annotation, found by class name in the source:
+    # propagate_type: (x: Tensor, edge_weight: OptTensor)
     def forward(self, x, edge_index, edge_weight=None):
         out = gcn_forward(self, self._rsc_front(), x, edge_index, edge_weight)
         return super().forward(x, edge_index, edge_weight) if out is None else out
@@ -128,6 +131,7 @@ class SAGEConv(_convs.SAGEConv, RSCPygLayer):
         out = self._rsc_fused(adj_t, x)
         return super().message_and_aggregate(adj_t, x) if out is None else out
 
+    # propagate_type: (x: OptPairTensor)
     def forward(self, x, edge_index, size=None):
         out = sage_forward(self, self._rsc_front(), x, edge_index, size)
         return super().forward(x, edge_index, size) if out is None else out
@@ -158,6 +162,7 @@ class GCN2Conv(_convs.GCN2Conv, RSCPygLayer):
         out = self._rsc_fused(adj_t, x)
         return super().message_and_aggregate(adj_t, x) if out is None else out
 
+    # propagate_type: (x: Tensor, edge_weight: OptTensor)
     def forward(self, x, x_0, edge_index, edge_weight=None):
         out = gcn2_forward(self, self._rsc_front(), x, x_0, edge_index, edge_weight)
         return super().forward(x, x_0, edge_index, edge_weight) if out is None else out
