@@ -18,6 +18,8 @@ from dgl_rsc import _deps
 
 def test_package_imports_without_torch_geometric_and_names_the_fix():
     assert callable(rp.patch) and callable(rp.attach) and callable(rp.convert)
+    with pytest.raises(ValueError, match="dgl_rsc.pyg.convert"):
+        rp.attach(torch.nn.Linear(2, 2), budget=0.1)
     if _deps.torch_geometric_available():
         import torch_geometric.nn as tgnn
 

@@ -5,14 +5,15 @@
 - :func:`patch`: a ``with`` block in which unmodified PyG models train with RSC's backward.
 - :func:`convert`: swap a model's PyG convs for the drop-ins in place, keeping the weights.
 
-The convs need ``torch_geometric`` (loaded on first use of their names); :func:`attach`,
-:func:`exact` and :func:`rsc_layers` are those of :mod:`dgl_rsc.nn` (any RSC layer).
+The convs need ``torch_geometric`` (loaded on first use of their names); :func:`attach`
+(with a PyG hint when a model has no RSC layer), :func:`exact` and :func:`rsc_layers` work as
+in :mod:`dgl_rsc.nn` (on any RSC layer).
 """
 
 import importlib
 
-from ..nn.convert import attach, exact, rsc_layers
-from .convert import TWINS, convert, twin
+from ..nn.convert import exact, rsc_layers
+from .convert import TWINS, attach, convert, twin
 from .patch import is_patched, patch, patched_symbols
 
 __all__ = [

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 
 from .. import _deps
+from ..nn.convert import attach as _attach
+from ..nn.convert import rsc_layers
 
-__all__ = ["TWINS", "twin", "convert"]
+__all__ = ["TWINS", "twin", "convert", "attach"]
 
 #: ``torch_geometric.nn`` class name -> drop-in class name in :mod:`dgl_rsc.pyg.convs`.
 TWINS: Mapping[str, str] = MappingProxyType(
@@ -99,3 +101,16 @@ def convert(model: nn.Module) -> nn.Module:
         else:
             convert(child)
     return model
+
+
+def attach(model: nn.Module, config=None, **overrides):
+    """Drive every RSC layer of ``model`` by one controller and return it (as
+    :func:`dgl_rsc.nn.attach`: consecutive slots in module order); call ``rsc.step()`` once
+    per optimizer step. ``config``: an :class:`~dgl_rsc.RSCConfig`, a controller or ``None``;
+    ``overrides``: its fields (``budget=0.1``, ``total_steps=...``)."""
+    if not rsc_layers(model):
+        raise ValueError(
+            "model has no dgl_rsc layers; build it with dgl_rsc.pyg convs or call "
+            "dgl_rsc.pyg.convert(model) first (or use dgl_rsc.pyg.patch for a stock model)."
+        )
+    return _attach(model, config, **overrides)
