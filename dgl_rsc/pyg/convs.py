@@ -128,6 +128,9 @@ class SAGEConv(_convs.SAGEConv, RSCPygLayer):
         self.clear_cache()
 
     def message_and_aggregate(self, adj_t: Adj, x: OptPairTensor) -> Tensor:
+        st = _deps.sparse_tensor_class()
+        if st is not None and isinstance(adj_t, st):  # PyG's SAGEConv ignores its values
+            adj_t = adj_t.set_value(None, layout=None)
         out = self._rsc_fused(adj_t, x)
         return super().message_and_aggregate(adj_t, x) if out is None else out
 
