@@ -103,3 +103,15 @@ def test_launcher_trains_on_pyg_against_stock_pyg(engine, tmp_path):
         assert 0.0 <= summary[method]["test_mean"] <= 1.0
     rsc_run = next(r for r in results["runs"] if r["method"] == "rsc")
     assert rsc_run["rsc_stats"]["layers"], rsc_run["rsc_stats"]
+
+
+def test_pyg_engine_without_torch_geometric_is_a_config_error(monkeypatch):
+    from dgl_rsc import _deps
+    from dgl_rsc.launcher import train
+    from dgl_rsc.launcher.cli import apply_overrides
+
+    monkeypatch.setattr(_deps, "torch_geometric_available", lambda: False)
+    cfg = resolve(apply_overrides(yaml.safe_load(open(QUICK)), TINY))
+    with pytest.raises(ConfigError, match="needs torch_geometric.*pip install torch-geometric"):
+        train.prepare(cfg)
+    assert train.methods(cfg) == ("exact", "rsc")  # no stock PyG baseline without PyG
