@@ -169,6 +169,15 @@ def test_sage_other_aggregations_are_refused_with_the_fix():
     import torch_geometric.nn as tgnn
 
     assert rp.twin(tgnn.SAGEConv(8, 4, aggr="max")) is None  # convert leaves it alone
+    import inspect
+
+    def params(f):
+        return [(p.name, p.default, p.kind) for p in inspect.signature(f).parameters.values()]
+
+    for name in ("GCNConv", "SAGEConv", "GCN2Conv"):  # PyG's signatures and defaults
+        ours, theirs = getattr(rp, name), getattr(tgnn, name)
+        assert params(ours.forward) == params(theirs.forward), name
+        assert params(ours.__init__) == params(theirs.__init__), name
 
 
 @pytest.mark.pyg

@@ -11,6 +11,7 @@ one of these names).
 """
 
 import warnings
+from typing import Union
 
 import torch
 from torch import Tensor
@@ -26,6 +27,7 @@ _convs = _tg.nn.conv
 Adj = _tg.typing.Adj
 OptPairTensor = _tg.typing.OptPairTensor
 OptTensor = _tg.typing.OptTensor
+Size = _tg.typing.Size
 
 PASSTHROUGH_MESSAGE = (
     "{name}: a call with {reason} runs PyG's own message passing, whose backward is exact "
@@ -88,7 +90,7 @@ class GCNConv(_convs.GCNConv, RSCPygLayer):
 
     # PyG compiles ``propagate`` from this annotation, found by class name in the source:
     # propagate_type: (x: Tensor, edge_weight: OptTensor)
-    def forward(self, x, edge_index, edge_weight=None):
+    def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         out = gcn_forward(self, self._rsc_front(), x, edge_index, edge_weight)
         return super().forward(x, edge_index, edge_weight) if out is None else out
 
@@ -113,14 +115,16 @@ class SAGEConv(_convs.SAGEConv, RSCPygLayer):
         torch.Size([3, 2])
     """
 
-    def __init__(self, in_channels, out_channels, aggr="mean", *args, **kwargs):
+    def __init__(self, in_channels, out_channels, aggr="mean", normalize=False,
+                 root_weight=True, project=False, bias=True, **kwargs):  # fmt: skip
         if not (isinstance(aggr, str) and aggr == "mean"):
             raise ValueError(
                 f"dgl_rsc.pyg.SAGEConv supports aggr='mean' only, got aggr={aggr!r}: other "
                 "aggregations are not one sparse product for RSC to approximate; keep "
                 "torch_geometric.nn.SAGEConv for them."
             )
-        super().__init__(in_channels, out_channels, aggr, *args, **kwargs)
+        super().__init__(in_channels, out_channels, aggr, normalize, root_weight, project, bias,
+                         **kwargs)  # fmt: skip
 
     def reset_parameters(self):
         """PyG's initialization; also drops RSC's cached samples (they are stale)."""
@@ -135,7 +139,9 @@ class SAGEConv(_convs.SAGEConv, RSCPygLayer):
         return super().message_and_aggregate(adj_t, x) if out is None else out
 
     # propagate_type: (x: OptPairTensor)
-    def forward(self, x, edge_index, size=None):
+    def forward(
+        self, x: Union[Tensor, OptPairTensor], edge_index: Adj, size: Size = None
+    ) -> Tensor:
         out = sage_forward(self, self._rsc_front(), x, edge_index, size)
         return super().forward(x, edge_index, size) if out is None else out
 
@@ -166,6 +172,8 @@ class GCN2Conv(_convs.GCN2Conv, RSCPygLayer):
         return super().message_and_aggregate(adj_t, x) if out is None else out
 
     # propagate_type: (x: Tensor, edge_weight: OptTensor)
-    def forward(self, x, x_0, edge_index, edge_weight=None):
+    def forward(
+        self, x: Tensor, x_0: Tensor, edge_index: Adj, edge_weight: OptTensor = None
+    ) -> Tensor:
         out = gcn2_forward(self, self._rsc_front(), x, x_0, edge_index, edge_weight)
         return super().forward(x, x_0, edge_index, edge_weight) if out is None else out
