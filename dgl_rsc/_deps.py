@@ -22,6 +22,10 @@ __all__ = [
     "require_cupy",
     "require_numba",
     "require_numba_cuda",
+    "torch_geometric_available",
+    "torch_sparse_available",
+    "require_torch_geometric",
+    "sparse_tensor_class",
     "TORCH_VERSION",
 ]
 
@@ -144,3 +148,29 @@ def require_numba_cuda() -> ModuleType:
         "The 'numba' backend needs numba (and numba-cuda on CUDA 13) with a CUDA device, or "
         "NUMBA_ENABLE_CUDASIM=1 for the simulator; use backend='torch' or 'auto' otherwise.",
     )
+
+
+def torch_geometric_available() -> bool:
+    """``True`` when PyTorch Geometric imports (the :mod:`dgl_rsc.pyg` front end)."""
+    return _probe("torch_geometric")[0] is not None
+
+
+def torch_sparse_available() -> bool:
+    """``True`` when ``torch_sparse`` imports (PyG's ``SparseTensor`` adjacency)."""
+    return _probe("torch_sparse")[0] is not None
+
+
+def require_torch_geometric() -> ModuleType:
+    """Return ``torch_geometric`` or raise an ``ImportError`` that says how to get it."""
+    return _require(
+        "torch_geometric",
+        torch_geometric_available(),
+        "Install it with `pip install torch-geometric==2.8.1` for dgl_rsc.pyg, or use "
+        "dgl_rsc.nn layers on a dgl_rsc.graph.Graph.",
+    )
+
+
+def sparse_tensor_class():
+    """``torch_sparse.SparseTensor``, or ``None`` when torch_sparse is not installed."""
+    mod = _probe("torch_sparse")[0]
+    return None if mod is None else mod.SparseTensor

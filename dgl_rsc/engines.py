@@ -3,14 +3,21 @@
 One vocabulary for :func:`dgl_rsc.models.build_model`, the launcher (``train.engine``) and
 the benchmarks:
 
-==========  ====================  ============  =================  =============
-name        convolutions          graph         dgl_rsc.patch      approximates
-==========  ====================  ============  =================  =============
-``native``  ``dgl_rsc.nn``        ``Graph``     no                 yes
-``dgl``     ``dgl_rsc.nn``        ``DGLGraph``  no                 yes
-``patch``   ``dgl.nn`` (stock)    ``DGLGraph``  yes                yes
-``stock``   ``dgl.nn`` (stock)    ``DGLGraph``  no                 no (baseline)
-==========  ====================  ============  =================  =============
+=============  ===========================  ==============  ===========  ==============
+name           convolutions                 graph           patched      approximates
+=============  ===========================  ==============  ===========  ==============
+``native``     ``dgl_rsc.nn``               ``Graph``       no           yes
+``dgl``        ``dgl_rsc.nn``               ``DGLGraph``    no           yes
+``patch``      ``dgl.nn`` (stock)           ``DGLGraph``    DGL patch    yes
+``stock``      ``dgl.nn`` (stock)           ``DGLGraph``    no           no (baseline)
+``pyg``        ``dgl_rsc.pyg``              ``edge_index``  no           yes
+``pyg_patch``  ``torch_geometric.nn``       ``edge_index``  PyG patch    yes
+``pyg_stock``  ``torch_geometric.nn``       ``edge_index``  no           no (baseline)
+=============  ===========================  ==============  ===========  ==============
+
+The ``pyg`` family builds the same models from PyG's convs through the adapters of
+:mod:`dgl_rsc.pyg.models` (``GCNConv`` for ``GraphConv``, ``SAGEConv`` mean, ``GCN2Conv``);
+its comparison baseline is ``pyg_stock`` (:attr:`Engine.baseline`).
 """
 
 from __future__ import annotations
@@ -31,11 +38,15 @@ class Engine:
 
     Attributes:
         name: the config name.
-        convs: ``"rsc"`` (:mod:`dgl_rsc.nn`) or ``"dgl"`` (stock ``dgl.nn``).
-        graph: ``"native"`` (:class:`dgl_rsc.graph.Graph`) or ``"dgl"`` (``DGLGraph``).
-        patched: the model runs inside :func:`dgl_rsc.patch`.
-        approximates: RSC can drive it (``False`` for the stock baseline).
+        convs: ``"rsc"`` (:mod:`dgl_rsc.nn`), ``"dgl"`` (stock ``dgl.nn``), ``"pyg"``
+            (:mod:`dgl_rsc.pyg`) or ``"pyg_stock"`` (stock ``torch_geometric.nn``).
+        graph: ``"native"`` (:class:`dgl_rsc.graph.Graph`), ``"dgl"`` (``DGLGraph``) or
+            ``"pyg"`` (an ``edge_index (2, E)`` LongTensor).
+        patched: the model runs inside its family's patch (:func:`dgl_rsc.patch` or
+            :func:`dgl_rsc.pyg.patch`).
+        approximates: RSC can drive it (``False`` for the stock baselines).
         summary: one line for help texts.
+        family: ``"dgl"`` or ``"pyg"``: which stock library it is compared with.
     """
 
     name: str
@@ -44,10 +55,20 @@ class Engine:
     patched: bool
     approximates: bool
     summary: str
+    family: str = "dgl"
 
     @property
     def needs_dgl(self) -> bool:
         return self.convs == "dgl" or self.graph == "dgl"
+
+    @property
+    def needs_pyg(self) -> bool:
+        return self.family == "pyg"
+
+    @property
+    def baseline(self) -> str:
+        """The stock engine a comparison reports this engine against."""
+        return "pyg_stock" if self.family == "pyg" else "stock"
 
 
 ENGINES: dict[str, Engine] = {
@@ -57,6 +78,25 @@ ENGINES: dict[str, Engine] = {
         Engine("dgl", "rsc", "dgl", False, True, "dgl_rsc layers on a DGLGraph"),
         Engine("patch", "dgl", "dgl", True, True, "stock dgl.nn layers inside dgl_rsc.patch"),
         Engine("stock", "dgl", "dgl", False, False, "stock dgl.nn layers, no dgl_rsc"),
+        Engine("pyg", "pyg", "pyg", False, True, "dgl_rsc.pyg layers on an edge_index", "pyg"),
+        Engine(
+            "pyg_patch",
+            "pyg_stock",
+            "pyg",
+            True,
+            True,
+            "stock torch_geometric.nn layers inside dgl_rsc.pyg.patch",
+            "pyg",
+        ),  # fmt: skip
+        Engine(
+            "pyg_stock",
+            "pyg_stock",
+            "pyg",
+            False,
+            False,
+            "stock torch_geometric.nn layers, no dgl_rsc",
+            "pyg",
+        ),  # fmt: skip
     )
 }
 
@@ -75,6 +115,8 @@ def conv_classes(engine: str) -> SimpleNamespace:
     e = get_engine(engine)
     if e.convs == "rsc":
         mod = importlib.import_module("dgl_rsc.nn")
+    elif e.family == "pyg":
+        return importlib.import_module("dgl_rsc.pyg.models").adapters(stock=e.convs != "pyg")
     else:
         mod = _deps.require_dgl().nn.pytorch
     return SimpleNamespace(GraphConv=mod.GraphConv, SAGEConv=mod.SAGEConv, GCN2Conv=mod.GCN2Conv)

@@ -15,6 +15,7 @@ import dgl_rsc
 
 OPTIONAL = {  # modules that import an optional dependency at import time
     "dgl_rsc.backends.cupy_backend": "cupy with a CUDA device",
+    "dgl_rsc.pyg.convs": "torch_geometric",
 }
 SIMULATED = ("dgl_rsc.backends.numba_backend", "dgl_rsc.distributed.quant_numba")
 _RUN = (

@@ -4,7 +4,8 @@ Every file is written atomically (temporary file + ``os.replace``). Epoch times 
 over the epochs after the first (the first builds cached structures; ``epoch_s_median`` is
 robust to one-off costs such as a kernel compile). ``speedup`` is the mean epoch time of the
 faster exact baseline (``exact``: dgl_rsc's engine with the exact backward, or ``stock``: the
-stock DGL model, when DGL is installed) over this method's; ``speedup_approx`` the same over
+stock DGL model when DGL is installed, or the stock PyG model for the PyG engines) over
+this method's; ``speedup_approx`` the same over
 the method's approximate phase only; ``vs_exact`` and ``vs_stock`` against each baseline.
 ``nnz_fraction`` is the backward sparse non-zeros visited over the exact count, for the whole
 run.
@@ -49,7 +50,17 @@ CSV_FIELDS = (
     "method", "seed", "epoch", "phase", "loss", "train", "val", "test", "epoch_s",
     "forward_s", "backward_s", "step_s", "select_s", "nnz_fraction", "train_time_s", "wall_s",
 )  # fmt: skip
-PACKAGES = ("torch", "dgl", "numpy", "pyyaml", "tqdm", "matplotlib", "cupy-cuda12x", "numba")
+PACKAGES = (
+    "torch",
+    "dgl",
+    "numpy",
+    "pyyaml",
+    "tqdm",
+    "matplotlib",
+    "cupy-cuda12x",
+    "numba",
+    "torch-geometric",
+)
 TIMES = ("epoch_s", "forward_s", "backward_s", "select_s", "step_s")
 
 
@@ -241,7 +252,7 @@ def format_table(summary: dict, metric: str) -> str:
         )
     base = next((s["baseline"] for s in summary.values() if "baseline" in s), None)
     if base:
-        what = "stock DGL" if base == "stock" else "dgl_rsc's exact backward"
+        what = "the stock model" if base == "stock" else "dgl_rsc's exact backward"
         lines.append(f"speedup: epoch time of the faster baseline ({base}: {what}) over the "
                      "method's; approx: over its approximate phase")  # fmt: skip
     lines.append(_tta_note(summary))

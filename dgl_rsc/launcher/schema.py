@@ -74,9 +74,11 @@ class Rule:
 class TrainConfig:
     """The ``train`` section (``seed: 3`` in a config means ``seeds: [3]``).
 
-    ``engine``: ``native``, ``dgl`` or ``patch`` (:mod:`dgl_rsc.engines`). ``stock_baseline``:
-    with ``compare``, also train the stock ``dgl.nn`` model without dgl_rsc where DGL imports
-    (speedups are reported against the faster of it and dgl_rsc's exact backward).
+    ``engine``: ``native``, ``dgl``, ``patch``, ``pyg`` or ``pyg_patch``
+    (:mod:`dgl_rsc.engines`). ``stock_baseline``: with ``compare``, also train the stock
+    model without dgl_rsc (``dgl.nn``, or ``torch_geometric.nn`` for the PyG engines) where
+    that library imports (speedups are reported against the faster of it and dgl_rsc's exact
+    backward).
     """
 
     epochs: int = 200
@@ -123,6 +125,20 @@ MODEL_RULES = {
     "aggregator": Rule(str, choices=("mean", "gcn")),
     "ffn_multiplier": Rule(int, 1),
 }
+
+
+def _check_pyg(train: TrainConfig, model: dict) -> None:
+    """The PyG engines build gcn, sage (mean) and gcn2 for full-batch training."""
+    where = f"train.engine={train.engine!r}"
+    if train.mode != "full":
+        _fail(f"{where} trains full-batch only, got train.mode={train.mode!r}; use "
+              "train.mode: full or train.engine: native.")  # fmt: skip
+    if model["name"] not in ("gcn", "sage", "gcn2"):
+        _fail(f"{where} builds model gcn, sage or gcn2 from PyG's convs, got model.name="
+              f"{model['name']!r}; use one of those or train.engine: native.")  # fmt: skip
+    if model.get("aggregator", "mean") != "mean":
+        _fail(f"{where} builds SAGE with PyG's mean SAGEConv, got model.aggregator="
+              f"{model['aggregator']!r}; use aggregator: mean or engine native.")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,6 +357,8 @@ def resolve(raw: Any) -> RunConfig:
     if dist is not None and train.engine != "native":
         _fail(f"train.engine={train.engine!r} cannot train distributed: use train.engine: native "
               "(dgl_rsc layers on each rank's local graph).")  # fmt: skip
+    if _ENGINES[train.engine].needs_pyg:
+        _check_pyg(train, model)
     if dist is not None and train.mode != "full":
         _fail("mini-batch training (train.mode: cluster or saint) is not distributed; use one "
               "or the other.")  # fmt: skip

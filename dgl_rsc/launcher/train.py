@@ -126,6 +126,8 @@ class Prepared:
                 from ..graph import Graph
 
                 self.graphs[kind] = Graph(src, dst, n).to(self.device)
+            elif kind == "pyg":  # PyG's edge_index: row 0 sources, row 1 targets
+                self.graphs[kind] = torch.stack([src.long(), dst.long()]).to(self.device)
             else:
                 dgl = _deps.require_dgl()
                 self.graphs[kind] = dgl.graph((src, dst), num_nodes=n).to(self.device)
@@ -140,10 +142,13 @@ def _local_reducer():
 
 def methods(cfg: RunConfig) -> tuple:
     """The runs of each seed: the config's methods, after ``stock`` when ``compare`` and
-    ``train.stock_baseline`` are on and DGL imports (the stock ``dgl.nn`` model, a baseline
-    the speedups are reported against)."""
+    ``train.stock_baseline`` are on and the stock library imports (the stock ``dgl.nn``
+    model, or the stock ``torch_geometric.nn`` one for the PyG engines: a baseline the
+    speedups are reported against)."""
     stock = cfg.train.stock_baseline and cfg.distributed is None
-    if cfg.compare and stock and _deps.dgl_available():
+    family = get_engine(cfg.train.engine).family
+    available = _deps.torch_geometric_available if family == "pyg" else _deps.dgl_available
+    if cfg.compare and stock and available():
         return ("stock", *cfg.methods)
     return cfg.methods
 
@@ -159,6 +164,12 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
         raise ConfigError(
             f"train.engine={engine!r} needs DGL, which is not importable here; "
             "use train.engine=native (dgl_rsc layers on a DGL-free graph)."
+        )
+    if get_engine(engine).needs_pyg and not _deps.torch_geometric_available():
+        raise ConfigError(
+            f"train.engine={engine!r} needs torch_geometric, which is not importable here; "
+            "install it (`pip install torch-geometric==2.8.1`, torch>=2.3) or use "
+            "train.engine=native."
         )
     device = resolve_device(cfg.train.device)
     check_backend(cfg, device)
@@ -188,6 +199,16 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
     return prep
 
 
+def _pyg_patch(ctl):
+    from ..pyg import patch as pyg_patch
+
+    return pyg_patch(ctl)
+
+
+#: the patch of each engine family (``train.engine: patch`` / ``pyg_patch``)
+_PATCHES = {"dgl": patch, "pyg": _pyg_patch}
+
+
 def _optimizer(cfg: RunConfig, params):
     t = cfg.train
     if t.optimizer == "sgd":
@@ -208,7 +229,7 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
     ``rsc`` and ``exact`` run on ``train.engine`` with a controller (the exact one switched to
     the exact backward from step 0); ``stock`` on the stock engine without one."""
     t = cfg.train
-    engine = get_engine("stock" if method == "stock" else t.engine)
+    engine = get_engine(get_engine(t.engine).baseline if method == "stock" else t.engine)
     params = {k: v for k, v in cfg.model.items() if k != "name"}
     in_feats, classes = prep.feat.shape[1], int(prep.data.num_classes)
     model = build_model(cfg.model["name"], in_feats, classes, engine=engine.name, **params)
@@ -224,7 +245,7 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
             localize_dropout(model, prep.owned, prep.data.num_nodes, cfg.distributed.dropout)
         elif engine.patched:
             ctl = RSCController(rsc_cfg)
-            ctx = patch(ctl)
+            ctx = _PATCHES[engine.family](ctl)
         else:
             ctl = attach(model, rsc_cfg)
     amp = t.amp if prep.device.type == "cuda" else "none"

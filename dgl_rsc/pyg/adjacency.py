@@ -1,0 +1,126 @@
+"""PyG's graph inputs as dgl_rsc :class:`~dgl_rsc.CSR` matrices, and the RSC aggregation.
+
+PyG passes a graph to a convolution as an ``edge_index (2, E)`` LongTensor (messages flow
+``edge_index[j] -> edge_index[i]``, ``(i, j) = (1, 0)`` for ``flow="source_to_target"``) or
+as a *transposed* sparse adjacency ``adj_t (N_dst, N_src)`` (a ``torch.sparse`` tensor or a
+``torch_sparse.SparseTensor``). Both become the message-passing matrix ``A (N_dst, N_src)``
+the RSC operator takes, a CSR by destination; the structure of an ``edge_index`` is built
+once and kept in a :class:`~dgl_rsc.structure_cache.StructureCache` while the same tensor
+comes in (keyed by identity and version counter, holding the tensor alive).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import _deps
+from ..csr import CSR
+from ..graph import csr_by_destination
+from ..spmm import spmm_matrix
+from ..structure_cache import StructureCache
+
+__all__ = ["edge_csr", "sparse_csr", "aggregate", "takes_features", "flow_indices"]
+
+#: dtypes the product engine computes as PyG does, per device type (fp16/bf16 on the CPU go
+#: to PyG, which computes them in their own precision)
+_DTYPES = {
+    "cpu": (torch.float32, torch.float64),
+    "cuda": (torch.float16, torch.bfloat16, torch.float32, torch.float64),
+}
+
+
+def flow_indices(flow: str) -> tuple[int, int]:
+    """``(i, j)``: the rows of ``edge_index`` holding targets and sources for ``flow``."""
+    return (1, 0) if flow == "source_to_target" else (0, 1)
+
+
+def takes_features(x) -> bool:
+    """``x`` is a dense ``(N, D)`` floating tensor the engine multiplies exactly as PyG."""
+    return (
+        isinstance(x, torch.Tensor)
+        and x.layout == torch.strided
+        and x.dim() == 2
+        and x.dtype in _DTYPES.get(x.device.type, ())
+    )
+
+
+def edge_csr(
+    edge_index: torch.Tensor,
+    num_src: int,
+    num_dst: int,
+    flow: str,
+    cache: StructureCache,
+    key: Optional[tuple] = None,
+    build_from: Optional[torch.Tensor] = None,
+):
+    """``(A, perm)``: the unweighted ``A (num_dst, num_src)`` of ``edge_index`` and ``perm
+    (E,)``, the edge id of each stored entry (``weights[perm]`` are the values in ``A``'s
+    order).
+
+    ``key``/``build_from``: cache the structure of ``build_from`` (an edge list derived from
+    ``edge_index`` deterministically, e.g. with self-loops added) under ``key`` and the
+    identity of ``edge_index``, so that a derived edge list made afresh every call is sorted
+    once.
+    """
+    source = edge_index if build_from is None else build_from
+    i, j = flow_indices(flow)
+
+    def build():
+        return csr_by_destination(source[j], source[i], num_src, num_dst)
+
+    full_key = ("pyg", id(edge_index), edge_index._version, int(num_src), int(num_dst), flow,
+                edge_index.device, key)  # fmt: skip
+    return cache.get_by_key(full_key, edge_index, build)
+
+
+def _torch_sparse_parts(adj: torch.Tensor, cache: StructureCache):
+    """``(A structure, values in A's order)`` of a 2-D ``torch.sparse`` ``adj``."""
+    if adj.layout == torch.sparse_csr:
+        crow, col = adj.crow_indices(), adj.col_indices()
+        key = ("pyg-csr", crow.data_ptr(), col.data_ptr(), crow._version, col._version,
+               tuple(adj.shape), adj.device)  # fmt: skip
+        A = cache.get_by_key(key, (crow, col), lambda: CSR(crow, col, None, tuple(adj.shape)))
+        return A, adj.values()
+    csr = adj.to_sparse_csr()  # COO (coalesced by the conversion) or CSC
+    return CSR(csr.crow_indices(), csr.col_indices(), None, tuple(adj.shape)), csr.values()
+
+
+def sparse_csr(adj, cache: StructureCache) -> Optional[CSR]:
+    """``A (N_dst, N_src)`` with values (``None``: all ones) of a transposed adjacency
+    ``adj_t``; ``None`` where the engine does not take it exactly (values that need a
+    gradient or are not one number per entry, batched or hybrid tensors): PyG then does."""
+    st = _deps.sparse_tensor_class()
+    if st is not None and isinstance(adj, st):
+        rowptr, col, value = adj.csr()
+        if value is not None and (value.requires_grad or value.dim() != 1):
+            return None
+        shape = (int(adj.size(0)), int(adj.size(1)))
+        key = ("pyg-st", rowptr.data_ptr(), col.data_ptr(), shape, rowptr.device)
+        A = cache.get_by_key(key, (rowptr, col), lambda: CSR(rowptr, col, None, shape))
+        return A.with_values(value)
+    if not isinstance(adj, torch.Tensor) or adj.layout not in (
+        torch.sparse_coo,
+        torch.sparse_csr,
+        torch.sparse_csc,
+    ):
+        return None
+    if adj.dim() != 2 or adj.dense_dim() != 0 or adj.requires_grad:
+        return None
+    A, values = _torch_sparse_parts(adj, cache)
+    if values.requires_grad or not values.is_floating_point():
+        return None
+    return A.with_values(values)
+
+
+def aggregate(A: CSR, x: torch.Tensor, rsc, mean: bool = False) -> torch.Tensor:
+    """``(N_dst, D)``: ``A @ x`` (``mean``: divided by each row's stored entries, at least
+    one, as PyG's mean aggregation and ``torch.sparse.mm(..., "mean")``), exact forward and
+    the backward of ``x`` approximated per ``rsc`` (see :func:`dgl_rsc.spmm_csr`)."""
+    if A.values is not None and A.values.dtype != x.dtype:
+        A = A.with_values(A.values.to(x.dtype))
+    if not mean:
+        return spmm_matrix(A, x, rsc)
+    deg = A.row_nnz().clamp(min=1).to(x.dtype)
+    return spmm_matrix(A, x, rsc, row_scale=deg, row_divide=True)

@@ -1,0 +1,207 @@
+"""The forward passes of PyG's ``GCNConv``, ``SAGEConv`` (mean) and ``GCN2Conv`` on the RSC
+operator, shared by the drop-in classes (:mod:`dgl_rsc.pyg.convs`) and the global patch
+(:mod:`dgl_rsc.pyg.patch`).
+
+Each function takes the PyG module (its options and parameters are read, never changed,
+except PyG's own ``cached`` normalization) and a :class:`Front`: where the structures are
+cached, which RSC argument a product gets (a controller slot, the controller itself, or
+``None`` for the exact backward) and whom to tell when a call goes to PyG instead. A
+function returns ``None`` when the engine does not take the call (``torch.sparse`` and
+``SparseTensor`` inputs, which PyG then routes to the fused ``message_and_aggregate``, also
+served by RSC); where a forward has started, the aggregation itself falls back to the
+module's stock ``propagate`` for features the engine does not take (3-D, fp16 on the CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import torch
+
+from ..structure_cache import StructureCache
+from .adjacency import aggregate, edge_csr, flow_indices, sparse_csr, takes_features
+
+__all__ = [
+    "Front",
+    "passthrough_reason",
+    "gcn_forward",
+    "sage_forward",
+    "gcn2_forward",
+    "fused_product",
+]
+
+_HOOKS = (
+    "_propagate_forward_pre_hooks",
+    "_propagate_forward_hooks",
+    "_message_forward_pre_hooks",
+    "_message_forward_hooks",
+    "_aggregate_forward_pre_hooks",
+    "_aggregate_forward_hooks",
+    "_message_and_aggregate_forward_pre_hooks",
+    "_message_and_aggregate_forward_hooks",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Front:
+    """How a forward reaches the RSC core.
+
+    Attributes:
+        rsc: ``rsc(x, A)`` -> the ``rsc`` argument of the product ``A @ x``.
+        structures: the cache of CSR structures built from PyG's graph inputs.
+        passthrough: ``passthrough(module, reason)`` is called when a call goes to PyG.
+    """
+
+    rsc: Callable
+    structures: StructureCache
+    passthrough: Callable[[object, str], None]
+
+
+def passthrough_reason(conv, edge_index) -> Optional[str]:
+    """Why ``conv`` must run PyG's own message passing on ``edge_index`` (a LongTensor), or
+    ``None``: explain mode, decomposed layers and registered message-passing hooks need
+    PyG's per-edge messages; an ``EdgeIndex`` keeps its own sparse metadata."""
+    if type(edge_index).__name__ == "EdgeIndex":
+        return "EdgeIndex input"
+    if getattr(conv, "explain", None):
+        return "explain mode"
+    if getattr(conv, "decomposed_layers", 1) != 1:
+        return "decomposed_layers > 1"
+    if any(getattr(conv, h, None) for h in _HOOKS):
+        return "message-passing hooks"
+    return None
+
+
+def _is_edge_index(edge_index) -> bool:
+    return isinstance(edge_index, torch.Tensor) and edge_index.layout == torch.strided
+
+
+def _propagate(conv, front: Front, A_of, x, stock, mean: bool = False):
+    """RSC's aggregation of ``x`` over ``A_of()`` when the engine takes ``x``, else PyG's
+    ``stock()`` (told to ``front``)."""
+    if not takes_features(x):
+        front.passthrough(conv, f"features of shape {tuple(x.shape)} and dtype {x.dtype}")
+        return stock()
+    A = A_of()
+    return aggregate(A, x, front.rsc(x, A), mean=mean)
+
+
+def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
+    """``(edge_index, edge_weight, A_of)`` after PyG's ``gcn_norm`` (and its ``cached``
+    option), ``A_of()`` building the weighted ``A`` on the structure sorted once per graph."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    n = x.size(conv.node_dim)
+    if not conv.normalize:
+        built = (edge_index, None)
+        norm_ei, norm_w = edge_index, edge_weight
+    elif conv._cached_edge_index is not None:
+        norm_ei, norm_w = conv._cached_edge_index
+        built = (norm_ei, None)
+    else:
+        norm_ei, norm_w = gcn_norm(edge_index, edge_weight, n, improved, conv.add_self_loops,
+                                   conv.flow, x.dtype)  # fmt: skip
+        if conv.cached:
+            conv._cached_edge_index = (norm_ei, norm_w)
+        # the loops gcn_norm adds depend on the structure only: key on the input graph
+        built = (edge_index, ("gcn_norm", bool(conv.add_self_loops)), norm_ei)
+
+    def A_of():
+        A, perm = edge_csr(built[0], n, n, conv.flow, front.structures, *built[1:])
+        return A if norm_w is None else A.with_values(norm_w[perm])
+
+    return norm_ei, norm_w, A_of
+
+
+def gcn_forward(conv, front: Front, x, edge_index, edge_weight=None):
+    """``GCNConv.forward`` on the RSC operator, or ``None`` (PyG's forward runs)."""
+    if isinstance(x, (tuple, list)) or not _is_edge_index(edge_index):
+        return None
+    why = passthrough_reason(conv, edge_index)
+    if why is not None:
+        front.passthrough(conv, why)
+        return None
+    norm_ei, norm_w, A_of = _normalized(conv, front, x, edge_index, edge_weight, conv.improved)
+    h = conv.lin(x)
+    out = _propagate(conv, front, A_of, h,
+                     lambda: conv.propagate(norm_ei, x=h, edge_weight=norm_w))  # fmt: skip
+    if conv.bias is not None:
+        out = out + conv.bias
+    return out
+
+
+def gcn2_forward(conv, front: Front, x, x_0, edge_index, edge_weight=None):
+    """``GCN2Conv.forward`` on the RSC operator, or ``None`` (PyG's forward runs)."""
+    if not _is_edge_index(edge_index):
+        return None
+    why = passthrough_reason(conv, edge_index)
+    if why is not None:
+        front.passthrough(conv, why)
+        return None
+    norm_ei, norm_w, A_of = _normalized(conv, front, x, edge_index, edge_weight, False)
+    h = _propagate(conv, front, A_of, x,
+                   lambda: conv.propagate(norm_ei, x=x, edge_weight=norm_w))  # fmt: skip
+    h = h * (1 - conv.alpha)
+    x_0 = conv.alpha * x_0[: h.size(0)]
+    keep, mix = 1.0 - conv.beta, conv.beta
+    if conv.weight2 is None:  # (1 - beta) s + beta s W1 with s = h + x_0
+        s = h + x_0
+        return torch.addmm(s, s, conv.weight1, beta=keep, alpha=mix)
+    out = torch.addmm(h, h, conv.weight1, beta=keep, alpha=mix)
+    return out + torch.addmm(x_0, x_0, conv.weight2, beta=keep, alpha=mix)
+
+
+def _sage_sizes(conv, pair, size):
+    """``(x_src, num_src, num_dst)`` as PyG's ``propagate`` infers them."""
+    i, j = flow_indices(conv.flow)
+    x_src = pair[j]
+    sizes = [None, None] if size is None else list(size)
+    if sizes[j] is None and isinstance(x_src, torch.Tensor):
+        sizes[j] = x_src.size(0)
+    if sizes[i] is None and isinstance(pair[i], torch.Tensor):
+        sizes[i] = pair[i].size(0)
+    n_src = sizes[j] if sizes[j] is not None else sizes[i]
+    n_dst = sizes[i] if sizes[i] is not None else sizes[j]
+    return x_src, n_src, n_dst
+
+
+def sage_forward(conv, front: Front, x, edge_index, size=None):
+    """``SAGEConv.forward`` with ``aggr="mean"`` on the RSC operator, or ``None``."""
+    if conv.aggr != "mean" or not _is_edge_index(edge_index):
+        return None
+    why = passthrough_reason(conv, edge_index)
+    if why is not None:
+        front.passthrough(conv, why)
+        return None
+    pair = (x, x) if isinstance(x, torch.Tensor) else tuple(x)
+    if conv.project and hasattr(conv, "lin"):
+        pair = (conv.lin(pair[0]).relu(), pair[1])
+    x_src, n_src, n_dst = _sage_sizes(conv, pair, size)
+
+    def A_of():
+        return edge_csr(edge_index, n_src, n_dst, conv.flow, front.structures)[0]
+
+    def stock():
+        return conv.propagate(edge_index, x=pair, size=size)
+
+    if not isinstance(x_src, torch.Tensor) or x_src.size(0) != n_src:
+        return None
+    out = _propagate(conv, front, A_of, x_src, stock, mean=True)
+    out = conv.lin_l(out)
+    if conv.root_weight and pair[1] is not None:
+        out = out + conv.lin_r(pair[1])
+    if conv.normalize:
+        out = torch.nn.functional.normalize(out, p=2.0, dim=-1)
+    return out
+
+
+def fused_product(front: Front, adj_t, x, reduce) -> Optional[torch.Tensor]:
+    """``adj_t @ x`` with ``reduce`` ``"sum"``/``"add"``/``"mean"`` on the RSC operator (the
+    fused ``message_and_aggregate`` and ``torch_geometric.utils.spmm``), or ``None``."""
+    if reduce not in ("sum", "add", "mean") or not takes_features(x):
+        return None
+    A = sparse_csr(adj_t, front.structures)
+    if A is None or A.shape[1] != x.shape[0] or A.device != x.device:
+        return None
+    return aggregate(A, x, front.rsc(x, A), mean=reduce == "mean")

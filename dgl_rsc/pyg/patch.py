@@ -1,0 +1,216 @@
+"""``dgl_rsc.pyg.patch``: train unmodified PyTorch Geometric models with RSC's backward.
+
+Inside the block:
+
+- ``GCNConv.forward``, ``SAGEConv.forward`` (``aggr="mean"``) and ``GCN2Conv.forward`` of
+  ``torch_geometric.nn`` run their ``edge_index`` path on the RSC operator, the CSR of each
+  graph built once and cached by the controller (for ``GCNConv``/``GCN2Conv`` keyed by the
+  input ``edge_index``, so that the self-loops ``gcn_norm`` adds do not cost a sort per
+  call);
+- ``torch_geometric.utils.spmm`` -- and every ``spmm`` that a PyG module imported from it,
+  which is what ``MessagePassing``'s fused ``message_and_aggregate`` calls for a
+  ``torch.sparse`` or ``SparseTensor`` adjacency -- runs ``sum``/``mean`` products on the
+  RSC operator (any layer: ``GINConv``, ``SGConv``, ``APPNP``... on a sparse adjacency).
+
+A call is taken over only when the engine computes it as PyG does: 2-D features in fp32/fp64
+(any float on CUDA), one number per edge, no message-passing hooks, explain mode or
+decomposed layers, and a class that keeps the stock ``message``/``aggregate`` (a subclass
+with its own messages passes through). Everything else runs PyG's code unchanged, and the
+patch warns once per layer class (and reason) whose training forward ran without any RSC
+product, so that a model is never silently exact while the block claims RSC.
+
+The i-th approximated product of a training step is product i of the controller; call
+``rsc.step()`` once per optimizer step. Only the thread that opened the block feeds the
+controller. On exit, normal or by an exception, every replaced symbol is put back and the
+module hooks are removed. Blocks do not nest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import warnings
+from typing import Iterator, Union
+
+import torch
+
+from .. import _deps
+from ..config import RSCConfig
+from ..controller import RSCController
+from .forwards import Front, fused_product, gcn2_forward, gcn_forward, sage_forward
+
+__all__ = ["patch", "is_patched", "patched_symbols", "COVERED"]
+
+_MARK = "__dgl_rsc_pyg_patch__"
+_ACTIVATION = threading.Lock()
+
+#: ``torch_geometric.nn`` class -> the forward that runs it on the RSC operator
+COVERED = {"GCNConv": gcn_forward, "SAGEConv": sage_forward, "GCN2Conv": gcn2_forward}
+#: methods a subclass must not override for its forward to be taken over
+_STOCK_METHODS = ("message", "aggregate", "message_and_aggregate", "update", "propagate")
+
+UNCOVERED_MESSAGE = (
+    "dgl_rsc.pyg.patch: {name} ran its training forward with PyG's exact message passing "
+    "({reason}), so its backward is exact (no RSC). The patch covers GCNConv, SAGEConv "
+    "(mean) and GCN2Conv on edge_index, and sum/mean products of torch.sparse or "
+    "SparseTensor adjacencies (PyG's spmm), with 2-D fp32/fp64 features."
+)
+
+
+def _spmm_owners(original) -> list:
+    """Every loaded ``torch_geometric`` module that holds ``original`` as ``spmm``."""
+    return [
+        mod
+        for name, mod in sorted(sys.modules.items())
+        if name.startswith("torch_geometric")
+        and getattr(mod, "__dict__", {}).get("spmm") is original
+    ]
+
+
+def patched_symbols() -> list:
+    """``[(owner, attribute name)]`` of every symbol the patch replaces."""
+    tg = _deps.require_torch_geometric()
+    import torch_geometric.utils._spmm as spmm_mod
+
+    out = [(getattr(tg.nn, name), "forward") for name in COVERED]
+    return out + [(mod, "spmm") for mod in _spmm_owners(spmm_mod.spmm)]
+
+
+def is_patched() -> bool:
+    """``True`` while a ``dgl_rsc.pyg.patch`` block is active."""
+    tg = _deps.require_torch_geometric()
+    return getattr(tg.nn.GCNConv.forward, _MARK, False)
+
+
+class _Watch:
+    """The block's bookkeeping: products taken over, and the warnings already given."""
+
+    def __init__(self, ctl: RSCController, owner: int):
+        self.ctl, self.owner = ctl, owner
+        self.taken = 0
+        self.starts: dict[int, int] = {}
+        self.warned: set = set()
+
+    def owned(self) -> bool:
+        return threading.get_ident() == self.owner
+
+    def rsc(self, x, A):
+        self.taken += 1
+        return self.ctl
+
+    def warn(self, module, reason: str) -> None:
+        key = (type(module).__name__, reason)
+        if key not in self.warned and module.training and torch.is_grad_enabled():
+            self.warned.add(key)
+            warnings.warn(UNCOVERED_MESSAGE.format(name=key[0], reason=reason), stacklevel=4)
+
+    def front(self) -> Front:
+        return Front(self.rsc, self.ctl.structures, self.warn)
+
+    # global module hooks: a MessagePassing forward that took no product is reported
+    def before(self, module, args):
+        if self._watched(module):
+            self.starts[id(module)] = self.taken
+
+    def after(self, module, args, output):
+        start = self.starts.pop(id(module), None)
+        if start is not None and self.taken == start:
+            self.warn(module, "not covered by the patch")
+
+    def _watched(self, module) -> bool:
+        mp = sys.modules["torch_geometric.nn.conv"].MessagePassing
+        return (
+            isinstance(module, mp)
+            and module.training
+            and torch.is_grad_enabled()
+            and self.owned()
+            and not hasattr(module, "rsc_attach")  # a dgl_rsc.pyg drop-in reports itself
+        )
+
+
+def _takes_class(module, stock_cls) -> bool:
+    """``module``'s class keeps ``stock_cls``'s message passing (its own messages would be
+    ignored by the RSC forward)."""
+    cls = type(module)
+    return cls is stock_cls or all(getattr(cls, m) is getattr(stock_cls, m) for m in _STOCK_METHODS)
+
+
+def _forward_wrapper(stock_cls, rsc_forward, original, watch: _Watch):
+    def forward(self, *args, **kwargs):
+        out = None
+        if watch.owned() and _takes_class(self, stock_cls):
+            out = rsc_forward(self, watch.front(), *args, **kwargs)
+        return original(self, *args, **kwargs) if out is None else out
+
+    forward.__doc__ = original.__doc__
+    setattr(forward, _MARK, True)
+    return forward
+
+
+def _spmm_wrapper(original, watch: _Watch):
+    def spmm(src, other, reduce: str = "sum"):
+        out = fused_product(watch.front(), src, other, reduce) if watch.owned() else None
+        return original(src, other, reduce) if out is None else out
+
+    spmm.__doc__ = original.__doc__
+    setattr(spmm, _MARK, True)
+    return spmm
+
+
+@contextlib.contextmanager
+def patch(
+    config: Union[None, RSCConfig, RSCController] = None, **overrides
+) -> Iterator[RSCController]:
+    """Run PyG's sparse aggregations on RSC's operator for the duration of the block.
+
+    Args:
+        config: an :class:`~dgl_rsc.RSCConfig`, an existing controller, or ``None``.
+        **overrides: :class:`~dgl_rsc.RSCConfig` fields (``budget=0.1``,
+            ``total_steps=...``).
+
+    Yields:
+        The :class:`~dgl_rsc.RSCController`: call ``step()`` once per optimizer step,
+        read ``stats()`` for what RSC did.
+
+    Example (needs torch_geometric)::
+
+        with dgl_rsc.pyg.patch(budget=0.1, total_steps=200) as rsc:
+            for epoch in range(200):
+                loss = F.cross_entropy(model(x, edge_index)[train], y[train])
+                opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
+    """
+    _deps.require_torch_geometric()
+    if isinstance(config, RSCController):
+        if overrides:
+            raise TypeError("pass either an RSCController or RSCConfig fields, not both.")
+        rsc = config
+    else:
+        rsc = RSCController(config, **overrides)
+    watch = _Watch(rsc, threading.get_ident())
+    with _ACTIVATION:
+        if is_patched():
+            raise RuntimeError(
+                "a dgl_rsc.pyg.patch block is already active; patches do not nest (one "
+                "controller owns the product order). Reuse the active controller instead."
+            )
+        symbols = patched_symbols()
+        originals = {(owner, name): owner.__dict__[name] for owner, name in symbols}
+        for (owner, name), original in originals.items():
+            if name == "forward":
+                new = _forward_wrapper(owner, COVERED[owner.__name__], original, watch)
+            else:
+                new = _spmm_wrapper(original, watch)
+            setattr(owner, name, new)
+        hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(watch.before),
+            torch.nn.modules.module.register_module_forward_hook(watch.after),
+        ]
+    try:
+        yield rsc
+    finally:
+        with _ACTIVATION:
+            for handle in hooks:
+                handle.remove()
+            for (owner, name), original in originals.items():
+                setattr(owner, name, original)
