@@ -12,11 +12,11 @@ from typing import Optional
 
 import numpy as np
 import torch
-from numba import njit
+from numba import njit, prange
 
 from ..cpu_spmm import run_chunked
 
-__all__ = ["int8_spmm", "int8_spmm_acc"]
+__all__ = ["int8_spmm", "int8_spmm_acc", "hash_uniform"]
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
@@ -71,3 +71,29 @@ def int8_spmm_acc(indptr, indices, qvals: Optional[torch.Tensor], qX) -> torch.T
 def int8_spmm(indptr, indices, qvals, qX, row_factor, col_scale) -> torch.Tensor:
     """``(M, D)`` fp32 fused product (as :func:`dgl_rsc.int8.ref.int8_spmm`)."""
     return _run(indptr, indices, qvals, qX, True, row_factor, col_scale.float())
+
+
+@njit(boundscheck=False, nogil=True, cache=True)
+def _lowbias32(x):
+    m = np.uint64(0xFFFFFFFF)
+    x = x ^ (x >> np.uint64(16))
+    x = (x * np.uint64(0x7FEB352D)) & m
+    x = x ^ (x >> np.uint64(15))
+    x = (x * np.uint64(0x846CA68B)) & m
+    return x ^ (x >> np.uint64(16))
+
+
+@njit(boundscheck=False, nogil=True, cache=True, parallel=True)
+def _uniform(seed, out):
+    m = np.uint64(0xFFFFFFFF)
+    for i in prange(out.shape[0]):
+        h = _lowbias32(_lowbias32(np.uint64(i) & m) ^ seed)
+        out[i] = np.float32(h >> np.uint64(8)) * np.float32(2.0**-24)
+
+
+def hash_uniform(seed: int, numel: int, device=None) -> torch.Tensor:
+    """As :func:`dgl_rsc.quant.hash_uniform` (bit-identical), in one parallel pass."""
+    out = torch.empty(numel, dtype=torch.float32)
+    if numel:
+        _uniform(np.uint64(int(seed) & 0xFFFFFFFF), out.numpy())
+    return out

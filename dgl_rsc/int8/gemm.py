@@ -24,6 +24,7 @@ from typing import Optional
 
 import torch
 
+from ..backends import resolve_int8
 from .quantize import QMAX, quantize
 from .spec import Int8State
 
@@ -83,8 +84,10 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
 
 
 def _q(state: Int8State, x: torch.Tensor, dim: int):
-    seed = state.next_seed() if state.stochastic else 0
-    return quantize(x, dim, state.spec.rounding, seed)
+    if not state.stochastic:
+        return quantize(x, dim, "nearest")
+    uniform = resolve_int8(state.spec.backend, x.device).hash_uniform
+    return quantize(x, dim, "stochastic", state.next_seed(), uniform)
 
 
 def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:

@@ -23,7 +23,7 @@ integer sum and the product is dequantized once: ``(qa @ qb) * sa * sb``.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -35,10 +35,16 @@ QMAX = 127  #: codes are symmetric in [-QMAX, QMAX] (-128 is never used)
 
 
 def quantize(
-    x: torch.Tensor, dim: Optional[int], rounding: str = "nearest", seed: int = 0
+    x: torch.Tensor,
+    dim: Optional[int],
+    rounding: str = "nearest",
+    seed: int = 0,
+    uniform: Callable = hash_uniform,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, s)``: int8 codes of ``x (R, C)`` and fp32 scales, one per slice along ``dim``
-    (``0``: per column, ``1``: per row, ``None``: per tensor); see the module doc."""
+    (``0``: per column, ``1``: per row, ``None``: per tensor); see the module doc.
+    ``uniform(seed, numel, device)``: the random numbers (a kernel module's
+    ``hash_uniform``, bit-identical to the default)."""
     if x.dim() != 2:
         raise ValueError(f"quantize takes a 2-D tensor, got shape {tuple(x.shape)}.")
     x = x.detach().float()
@@ -56,7 +62,7 @@ def quantize(
     if rounding == "nearest":
         v = torch.round(v)
     elif rounding == "stochastic":
-        v = (v + hash_uniform(seed, x.numel(), x.device).view(x.shape)).floor_()
+        v = (v + uniform(seed, x.numel(), x.device).view(x.shape)).floor_()
     else:
         raise ValueError(f"rounding={rounding!r} is not 'nearest' or 'stochastic'.")
     v = torch.nan_to_num_(v, nan=0.0).clamp_(-QMAX, QMAX)

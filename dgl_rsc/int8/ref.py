@@ -5,7 +5,9 @@ CUDA kernels (:mod:`dgl_rsc.backends.int8_cpu`, :mod:`~dgl_rsc.backends.int8_num
 ``acc[i, f] = sum_{e in row i} v_e * qX[indices[e], f]`` in int32 (``v_e`` the int8 value
 codes, 1 without values), then one fused dequantize per entry, two fp32 roundings in this
 order: ``out[i, f] = (float(acc[i, f]) * col_scale[f]) * row_factor[i]``. The caller keeps
-``|acc|`` below ``2^31`` (:func:`dgl_rsc.int8.spmm.int8_csr_mm` checks it).
+``|acc|`` below ``2^31`` (:func:`dgl_rsc.int8.spmm.int8_csr_mm` checks it). Every kernel
+module also provides ``hash_uniform`` (the random numbers of stochastic rounding,
+:func:`dgl_rsc.quant.hash_uniform`), here the vectorized torch version itself.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Optional
 
 import torch
 
-__all__ = ["int8_spmm_acc", "int8_spmm", "dequantize_acc"]
+from ..quant.rounding import hash_uniform
+
+__all__ = ["int8_spmm_acc", "int8_spmm", "dequantize_acc", "hash_uniform"]
 
 _CHUNK = 1 << 22  # entries of the (edges, D) gather per chunk
 

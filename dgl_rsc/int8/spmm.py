@@ -16,6 +16,7 @@ from typing import Optional
 
 import torch
 
+from ..backends import resolve_int8
 from ..csr import CSR
 from .quantize import QMAX, quantize
 from .spec import Int8State
@@ -40,8 +41,10 @@ def check_accumulator(A: CSR, has_values: bool) -> None:
 
 
 def _q(state: Int8State, x: torch.Tensor, dim):
-    seed = state.next_seed() if state.stochastic else 0
-    return quantize(x, dim, state.spec.rounding, seed)
+    if not state.stochastic:
+        return quantize(x, dim, "nearest")
+    uniform = resolve_int8(state.spec.backend, x.device).hash_uniform
+    return quantize(x, dim, "stochastic", state.next_seed(), uniform)
 
 
 def int8_csr_mm(
@@ -55,8 +58,6 @@ def int8_csr_mm(
 
     ``A (M, N)``, ``X (N, D)``, ``row_factor (M,)`` multiplicative, ``col (N,)``; no
     autograd (the caller's function owns it)."""
-    from ..backends import resolve_int8
-
     m, d = A.shape[0], X.shape[1]
     if m == 0 or d == 0 or A.nnz == 0:
         return X.new_zeros((m, d))
