@@ -16,7 +16,7 @@ from numba import njit, prange
 
 from ..cpu_spmm import run_chunked
 
-__all__ = ["int8_spmm", "int8_spmm_acc", "hash_uniform"]
+__all__ = ["int8_spmm", "int8_spmm_acc", "quantize_codes"]
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
@@ -84,16 +84,30 @@ def _lowbias32(x):
 
 
 @njit(boundscheck=False, nogil=True, cache=True, parallel=True)
-def _uniform(seed, out):
-    m = np.uint64(0xFFFFFFFF)
-    for i in prange(out.shape[0]):
-        h = _lowbias32(_lowbias32(np.uint64(i) & m) ^ seed)
-        out[i] = np.float32(h >> np.uint64(8)) * np.float32(2.0**-24)
+def _codes(x, s, stochastic, seed, q):
+    m32 = np.uint64(0xFFFFFFFF)
+    rows, cols = x.shape
+    sr = 1 if s.shape[0] > 1 else 0
+    sc = 1 if s.shape[1] > 1 else 0
+    for i in prange(rows):
+        for j in range(cols):
+            sv = s[i * sr, j * sc]
+            v = x[i, j] / (sv if sv > 0 else np.float32(1.0))
+            if stochastic:
+                k = np.uint64(i * cols + j) & m32
+                h = _lowbias32(_lowbias32(k) ^ seed)
+                v = np.floor(v + np.float32(h >> np.uint64(8)) * np.float32(2.0**-24))
+            else:
+                v = np.rint(v)
+            if v != v:
+                v = np.float32(0.0)
+            q[i, j] = np.int8(min(max(v, np.float32(-127.0)), np.float32(127.0)))
 
 
-def hash_uniform(seed: int, numel: int, device=None) -> torch.Tensor:
-    """As :func:`dgl_rsc.quant.hash_uniform` (bit-identical), in one parallel pass."""
-    out = torch.empty(numel, dtype=torch.float32)
-    if numel:
-        _uniform(np.uint64(int(seed) & 0xFFFFFFFF), out.numpy())
-    return out
+def quantize_codes(x, s, rounding: str, seed: int) -> torch.Tensor:
+    """As :func:`dgl_rsc.int8.quantize.torch_codes` (bit-identical), in one parallel pass."""
+    q = torch.empty(x.shape, dtype=torch.int8)
+    if x.numel():
+        _codes(x.numpy(), s.contiguous().numpy(), rounding == "stochastic",
+               np.uint64(int(seed) & 0xFFFFFFFF), q.numpy())  # fmt: skip
+    return q

@@ -84,10 +84,9 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
 
 
 def _q(state: Int8State, x: torch.Tensor, dim: int):
-    if not state.stochastic:
-        return quantize(x, dim, "nearest")
-    uniform = resolve_int8(state.spec.backend, x.device).hash_uniform
-    return quantize(x, dim, "stochastic", state.next_seed(), uniform)
+    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
+    seed = state.next_seed() if state.stochastic else 0
+    return quantize(x, dim, state.spec.rounding, seed, codes)
 
 
 def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:

@@ -29,9 +29,21 @@ import torch
 
 from ..quant.rounding import bf16_scale_up, hash_uniform
 
-__all__ = ["QMAX", "quantize", "dequantize"]
+__all__ = ["QMAX", "quantize", "dequantize", "torch_codes"]
 
 QMAX = 127  #: codes are symmetric in [-QMAX, QMAX] (-128 is never used)
+
+
+def torch_codes(x: torch.Tensor, s: torch.Tensor, rounding: str, seed: int) -> torch.Tensor:
+    """The codes of fp32 ``x (R, C)`` for scales ``s`` (broadcastable: ``(R, 1)``,
+    ``(1, C)`` or ``(1, 1)``): the reference of every kernel module's ``quantize_codes``."""
+    v = x / torch.where(s > 0, s, 1.0)
+    if rounding == "nearest":
+        v = torch.round(v)
+    else:
+        v = (v + hash_uniform(seed, x.numel(), x.device).view(x.shape)).floor_()
+    v = torch.nan_to_num_(v, nan=0.0).clamp_(-QMAX, QMAX)
+    return v.to(torch.int8)
 
 
 def quantize(
@@ -39,14 +51,15 @@ def quantize(
     dim: Optional[int],
     rounding: str = "nearest",
     seed: int = 0,
-    uniform: Callable = hash_uniform,
+    codes: Callable = torch_codes,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, s)``: int8 codes of ``x (R, C)`` and fp32 scales, one per slice along ``dim``
     (``0``: per column, ``1``: per row, ``None``: per tensor); see the module doc.
-    ``uniform(seed, numel, device)``: the random numbers (a kernel module's
-    ``hash_uniform``, bit-identical to the default)."""
+    ``codes``: a kernel module's ``quantize_codes`` (bit-identical to :func:`torch_codes`)."""
     if x.dim() != 2:
         raise ValueError(f"quantize takes a 2-D tensor, got shape {tuple(x.shape)}.")
+    if rounding not in ("nearest", "stochastic"):
+        raise ValueError(f"rounding={rounding!r} is not 'nearest' or 'stochastic'.")
     x = x.detach().float()
     if x.numel() == 0:
         shape = [1, 1] if dim is None else list(x.shape)
@@ -58,15 +71,7 @@ def quantize(
     else:
         amax = x.abs().amax(dim=dim, keepdim=True)
     s = bf16_scale_up(amax, float(QMAX))
-    v = x / torch.where(s > 0, s, 1.0)
-    if rounding == "nearest":
-        v = torch.round(v)
-    elif rounding == "stochastic":
-        v = (v + uniform(seed, x.numel(), x.device).view(x.shape)).floor_()
-    else:
-        raise ValueError(f"rounding={rounding!r} is not 'nearest' or 'stochastic'.")
-    v = torch.nan_to_num_(v, nan=0.0).clamp_(-QMAX, QMAX)
-    return v.to(torch.int8), s
+    return codes(x.contiguous(), s, rounding, seed), s
 
 
 def dequantize(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -6,8 +6,8 @@ CUDA kernels (:mod:`dgl_rsc.backends.int8_cpu`, :mod:`~dgl_rsc.backends.int8_num
 codes, 1 without values), then one fused dequantize per entry, two fp32 roundings in this
 order: ``out[i, f] = (float(acc[i, f]) * col_scale[f]) * row_factor[i]``. The caller keeps
 ``|acc|`` below ``2^31`` (:func:`dgl_rsc.int8.spmm.int8_csr_mm` checks it). Every kernel
-module also provides ``hash_uniform`` (the random numbers of stochastic rounding,
-:func:`dgl_rsc.quant.hash_uniform`), here the vectorized torch version itself.
+module also provides ``quantize_codes(x, s, rounding, seed)`` (the int8 codes of
+:func:`dgl_rsc.int8.quantize`), here :func:`~dgl_rsc.int8.quantize.torch_codes` itself.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Optional
 
 import torch
 
-from ..quant.rounding import hash_uniform
+from .quantize import torch_codes as quantize_codes
 
-__all__ = ["int8_spmm_acc", "int8_spmm", "dequantize_acc", "hash_uniform"]
+__all__ = ["int8_spmm_acc", "int8_spmm", "dequantize_acc", "quantize_codes"]
 
 _CHUNK = 1 << 22  # entries of the (edges, D) gather per chunk
 

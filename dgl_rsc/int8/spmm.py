@@ -41,10 +41,9 @@ def check_accumulator(A: CSR, has_values: bool) -> None:
 
 
 def _q(state: Int8State, x: torch.Tensor, dim):
-    if not state.stochastic:
-        return quantize(x, dim, "nearest")
-    uniform = resolve_int8(state.spec.backend, x.device).hash_uniform
-    return quantize(x, dim, "stochastic", state.next_seed(), uniform)
+    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
+    seed = state.next_seed() if state.stochastic else 0
+    return quantize(x, dim, state.spec.rounding, seed, codes)
 
 
 def int8_csr_mm(
