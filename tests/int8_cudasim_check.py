@@ -39,7 +39,8 @@ def main() -> None:
             for row in (None, rf):
                 want = ref.int8_spmm(indptr, indices, vals, qx, row, cs)
                 got = nb.int8_spmm(indptr, indices, vals, qx, row, cs)
-                assert torch.equal(want, got), f"int8_spmm differs ({index}, vals={vals is not None})"
+                what = f"int8_spmm differs ({index}, values: {vals is not None})"
+                assert torch.equal(want, got), what
     x = torch.randn(6, 5, generator=gen) * 4
     x[1, 2] = float("nan")
     x[3] = 0.0

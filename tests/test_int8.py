@@ -26,7 +26,6 @@ from dgl_rsc.int8 import (
     int8_csr_mm,
     int8_layers,
     int8_matmul,
-    int8_mm,
     int_mm,
     quantize,
     quantize_model,
@@ -232,8 +231,9 @@ def test_int8_numba_cuda_kernels_under_simulator():
     if importlib.util.find_spec("numba") is None:
         pytest.skip("numba is not installed")
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "int8_cudasim_check.py")],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    script = str(ROOT / "tests" / "int8_cudasim_check.py")
+    proc = subprocess.run([sys.executable, script], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, f"checker failed:\n{proc.stdout}\n{proc.stderr}"
     assert "match the torch reference" in proc.stdout
 
