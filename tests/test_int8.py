@@ -380,3 +380,15 @@ def test_cli_trains_in_int8(tmp_path):
     assert {r["method"] for r in runs} == {"exact", "rsc"}
     assert all(r["precision"] == "int8" for r in runs)
     assert all(0.0 <= r["best"]["test"] <= 1.0 for r in runs)
+
+
+def test_readme_int8_example_runs():
+    import re
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    code = next(b for b in blocks if "quantize_model" in b)
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert int8_layers(scope["model"]) == ["convs.0", "convs.1"]
+    grads = [p.grad for p in scope["model"].parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(gr).all()) for gr in grads)
