@@ -85,8 +85,9 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
 
 def _q(state: Int8State, x: torch.Tensor, dim: int):
     codes = resolve_int8(state.spec.backend, x.device).quantize_codes
-    seed = state.next_seed() if state.stochastic else 0
-    return quantize(x, dim, state.spec.rounding, seed, codes)
+    if not state.stochastic:
+        return quantize(x, dim, "nearest", 0, codes)
+    return quantize(x, dim, "stochastic", state.next_seed(), codes)
 
 
 def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:

@@ -53,16 +53,19 @@ class Int8State:
     """A layer's INT8 state: the spec, the layer's id, and a counter of quantization calls.
 
     ``next_seed()`` returns ``stream_seed(spec.seed, layer, call)`` and advances the counter.
+    ``training`` mirrors the layer's mode (set by the layer at each forward): stochastic
+    rounding applies in training only; an evaluation forward rounds to nearest, so its
+    predictions are deterministic.
     """
 
-    __slots__ = ("spec", "layer", "calls")
+    __slots__ = ("spec", "layer", "calls", "training")
 
     def __init__(self, spec: Int8Spec, layer: int = 0):
-        self.spec, self.layer, self.calls = spec, int(layer), 0
+        self.spec, self.layer, self.calls, self.training = spec, int(layer), 0, True
 
     @property
     def stochastic(self) -> bool:
-        return self.spec.rounding == "stochastic"
+        return self.spec.rounding == "stochastic" and self.training
 
     def next_seed(self) -> int:
         seed = stream_seed(self.spec.seed, self.layer, self.calls)

@@ -42,8 +42,9 @@ def check_accumulator(A: CSR, has_values: bool) -> None:
 
 def _q(state: Int8State, x: torch.Tensor, dim):
     codes = resolve_int8(state.spec.backend, x.device).quantize_codes
-    seed = state.next_seed() if state.stochastic else 0
-    return quantize(x, dim, state.spec.rounding, seed, codes)
+    if not state.stochastic:
+        return quantize(x, dim, "nearest", 0, codes)
+    return quantize(x, dim, "stochastic", state.next_seed(), codes)
 
 
 def int8_csr_mm(

@@ -130,6 +130,7 @@ class RSCLayer(nn.Module):
         """``x @ w``: INT8 with int32 accumulation when the layer is quantized."""
         if self._rsc_int8 is None or w.dim() != 2:
             return torch.matmul(x, w)
+        self._rsc_int8.training = self.training
         return int8_matmul(x, w, self._rsc_int8)
 
     # -- the aggregation --------------------------------------------------------------
@@ -171,6 +172,8 @@ class RSCLayer(nn.Module):
             A = A.with_values(weights.values if eids is None else weights.values[eids])
         flat = feat.reshape(feat.shape[0], math.prod(feat.shape[1:]))
         state = self._backward_state(slot, feat, A)
+        if self._rsc_int8 is not None:
+            self._rsc_int8.training = self.training
         out = spmm_matrix(A, flat, state, quant=self._rsc_int8, **scales)
         return out.reshape((A.shape[0],) + weights.out_tail)
 
