@@ -12,6 +12,7 @@ Example::
 
     python tools/int8_accuracy.py yaml_configs/cora_gcn.yaml --seeds 0 1 2 \\
         --set dataset.path=/data/cora.npz --out docs/results/int8_accuracy.json
+    python tools/int8_accuracy.py --render docs/results/int8_accuracy*.json   # markdown table
 """
 
 from __future__ import annotations
@@ -77,7 +78,28 @@ def deltas(result: dict) -> None:
             r["meets_int8_rsc_target"] = r["delta_rsc"] >= -0.8
 
 
+def render(paths: list) -> str:
+    """A markdown table of the rows of the result files ``paths`` (test metric in %)."""
+    lines = ["| config | precision | seeds | exact | RSC | exact - fp32 exact | "
+             "RSC - fp32 exact |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        for r in data["rows"]:
+            e, q = r["exact"], r["rsc"]
+            lines.append(
+                f"| {os.path.basename(r['config'])} | {r['variant']} | "
+                f"{','.join(map(str, r['seeds']))} | {e['test_mean']:.2f} ± {e['test_std']:.2f} | "
+                f"{q['test_mean']:.2f} ± {q['test_std']:.2f} | {r.get('delta_exact', 0):+.2f} | "
+                f"{r.get('delta_rsc', 0):+.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--render":
+        print(render(sys.argv[2:]))
+        return
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("configs", nargs="+")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
