@@ -395,3 +395,32 @@ def test_readme_int8_example_runs():
     assert int8_layers(scope["model"]) == ["convs.0", "convs.1"]
     grads = [p.grad for p in scope["model"].parameters() if p.grad is not None]
     assert grads and all(bool(torch.isfinite(gr).all()) for gr in grads)
+
+
+# -- GPU (deselected by default: pytest -m gpu) -------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cupy", "numba", "torch"])
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+def test_gpu_kernels_match_the_cpu_reference(backend, rounding):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    dev = torch.device("cuda", torch.cuda.current_device())
+    kernels = resolve_int8(backend, dev)
+    gen = torch.Generator().manual_seed(8)
+    A = random_csr(500, 300, 0.05, gen, values=True, index=torch.int32)
+    qx = torch.randint(-127, 128, (300, 70), dtype=torch.int8, generator=gen)
+    qv = torch.randint(-127, 128, (A.nnz,), dtype=torch.int8, generator=gen)
+    cs, rf = torch.rand(70, generator=gen), torch.rand(500, generator=gen)
+    for vals in (None, qv):
+        want = ref.int8_spmm(A.indptr, A.indices, vals, qx, rf, cs)
+        got = kernels.int8_spmm(A.indptr.to(dev), A.indices.to(dev),
+                                None if vals is None else vals.to(dev), qx.to(dev), rf.to(dev),
+                                cs.to(dev))  # fmt: skip
+        assert torch.equal(got.cpu(), want)
+    x = torch.randn(257, 33, generator=gen) * 3
+    for dim in (0, 1, None):
+        q0, _ = quantize(x, dim, rounding, 5)
+        q1, _ = quantize(x.to(dev), dim, rounding, 5, codes=kernels.quantize_codes)
+        assert torch.equal(q1.cpu(), q0)
+    a = torch.randint(-127, 128, (37, 300), dtype=torch.int8, generator=gen)
+    assert torch.equal(int_mm(a.to(dev), qx.to(dev)).cpu(), int_mm(a, qx, "int64"))
