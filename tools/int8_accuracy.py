@@ -79,20 +79,24 @@ def deltas(result: dict) -> None:
 
 
 def render(paths: list) -> str:
-    """A markdown table of the rows of the result files ``paths`` (test metric in %)."""
-    lines = ["| config | precision | seeds | exact | RSC | exact - fp32 exact | "
-             "RSC - fp32 exact |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    """A markdown table of the rows of the result files ``paths`` (test metric in %); the
+    differences are from the fp32 exact row of the same config in any of the files."""
+    rows = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        for r in data["rows"]:
-            e, q = r["exact"], r["rsc"]
-            lines.append(
-                f"| {os.path.basename(r['config'])} | {r['variant']} | "
-                f"{','.join(map(str, r['seeds']))} | {e['test_mean']:.2f} ± {e['test_std']:.2f} | "
-                f"{q['test_mean']:.2f} ± {q['test_std']:.2f} | {r.get('delta_exact', 0):+.2f} | "
-                f"{r.get('delta_rsc', 0):+.2f} |"
-            )
+            rows += json.load(f)["rows"]
+    base = {r["config"]: r["exact"]["test_mean"] for r in rows if r["variant"] == "fp32"}
+    lines = ["| config | precision | seeds | exact | RSC | exact - fp32 exact | "
+             "RSC - fp32 exact |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        e, q, ref = r["exact"], r["rsc"], base.get(r["config"])
+        d_e = "n/a" if ref is None else f"{e['test_mean'] - ref:+.2f}"
+        d_r = "n/a" if ref is None else f"{q['test_mean'] - ref:+.2f}"
+        lines.append(
+            f"| {os.path.basename(r['config'])} | {r['variant']} | "
+            f"{','.join(map(str, r['seeds']))} | {e['test_mean']:.2f} ± {e['test_std']:.2f} | "
+            f"{q['test_mean']:.2f} ± {q['test_std']:.2f} | {d_e} | {d_r} |"
+        )
     return "\n".join(lines)
 
 
