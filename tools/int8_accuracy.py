@@ -80,16 +80,17 @@ def deltas(result: dict) -> None:
 
 def render(paths: list) -> str:
     """A markdown table of the rows of the result files ``paths`` (test metric in %); the
-    differences are from the fp32 exact row of the same config in any of the files."""
+    differences are from the fp32 exact row of the same config and seeds in any file."""
     rows = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
             rows += json.load(f)["rows"]
-    base = {r["config"]: r["exact"]["test_mean"] for r in rows if r["variant"] == "fp32"}
+    key = lambda r: (r["config"], tuple(r["seeds"]))  # noqa: E731
+    base = {key(r): r["exact"]["test_mean"] for r in rows if r["variant"] == "fp32"}
     lines = ["| config | precision | seeds | exact | RSC | exact - fp32 exact | "
              "RSC - fp32 exact |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
-        e, q, ref = r["exact"], r["rsc"], base.get(r["config"])
+        e, q, ref = r["exact"], r["rsc"], base.get(key(r))
         d_e = "n/a" if ref is None else f"{e['test_mean'] - ref:+.2f}"
         d_r = "n/a" if ref is None else f"{q['test_mean'] - ref:+.2f}"
         lines.append(
