@@ -18,6 +18,7 @@ __all__ = [
     "matplotlib_available",
     "numba_available",
     "numba_cuda_available",
+    "int_mm_on_cpu",
     "require_dgl",
     "require_cupy",
     "require_numba",
@@ -101,6 +102,19 @@ def numba_cuda_available() -> bool:
     try:
         return bool(cuda.is_available())
     except Exception:
+        return False
+
+
+@functools.cache
+def int_mm_on_cpu() -> bool:
+    """``True`` when ``torch._int_mm`` (int8 x int8 -> int32) runs on CPU tensors (newer torch;
+    2.2 has it for CUDA only)."""
+    import torch
+
+    try:
+        a = torch.ones((24, 8), dtype=torch.int8)
+        return int(torch._int_mm(a, a.t().contiguous())[0, 0]) == 8
+    except Exception:  # not registered for the CPU backend, or absent
         return False
 
 

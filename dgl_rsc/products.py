@@ -21,6 +21,7 @@ import torch
 from . import _deps, dgl_kernels
 from .buffers import OutputPool
 from .csr import CSR
+from .int8.spmm import int8_csr_mm
 
 __all__ = ["Scales", "csr_mm", "csr_t_mm", "sddmm", "cpu_engine"]
 
@@ -34,13 +35,16 @@ class Scales(NamedTuple):
     degrees) instead of multiplying. ``hint_col`` is a column scale that the caller applies
     to the operand itself (before a dense product that sits between it and the aggregation):
     it is not applied here, only used to score rows as rows of the normalized matrix. All are
-    ``(M,)``/``(N,)`` tensors without gradient.
+    ``(M,)``/``(N,)`` tensors without gradient. ``quant``: an
+    :class:`~dgl_rsc.int8.spec.Int8State` to run the product on INT8 operands
+    (:mod:`dgl_rsc.int8.spmm`), or ``None`` (the operand's own precision).
     """
 
     row: Optional[torch.Tensor] = None
     col: Optional[torch.Tensor] = None
     row_divide: bool = False
     hint_col: Optional[torch.Tensor] = None
+    quant: Optional[object] = None
 
     @property
     def is_identity(self) -> bool:
@@ -59,7 +63,7 @@ class Scales(NamedTuple):
     def transposed(self) -> Scales:
         """The scales of ``(diag(r) A diag(c))^T = diag(c) A^T diag(r)`` (a division becomes
         a multiplication by the reciprocal)."""
-        return Scales(self.col, self.row_factor(), False)
+        return Scales(self.col, self.row_factor(), False, quant=self.quant)
 
 
 NO_SCALES = Scales()
@@ -152,6 +156,8 @@ def csr_mm(
     buffer that the same structure's last product left unmodified is reused with only the
     rows that have entries rewritten.
     """
+    if scales.quant is not None:
+        return int8_csr_mm(A, X, scales.row_factor(), scales.col, scales.quant)
     pool = A.pool() if pool is None else pool
     if not sparse_write and dgl_kernels.usable(X) and _nonempty(A, X):
         return _dgl_mm(A, X, scales, pool)

@@ -39,6 +39,7 @@ class RSCSpMM(torch.autograd.Function):
         ctx.structure = A.with_values(None)
         ctx.sampler = sampler
         ctx.row_divide = scales.row_divide
+        ctx.quant = scales.quant
         need_dA = values is not None and ctx.needs_input_grad[0]
         ctx.save_for_backward(
             values, X if need_dA else None, scales.row, scales.col, scales.hint_col
@@ -50,7 +51,7 @@ class RSCSpMM(torch.autograd.Function):
         values, X, row, col, hint_col = ctx.saved_tensors
         A = ctx.structure.with_values(values)
         A.check_unchanged()
-        scales = Scales(row, col, ctx.row_divide, hint_col)
+        scales = Scales(row, col, ctx.row_divide, hint_col, ctx.quant)
         dvalues = dX = None
         if ctx.needs_input_grad[0]:
             dvalues = sddmm(A, dY, X, scales).to(values.dtype)
@@ -232,11 +233,14 @@ def spmm_matrix(
     col_scale: Optional[torch.Tensor] = None,
     row_divide: bool = False,
     score_col_scale: Optional[torch.Tensor] = None,
+    quant=None,
 ) -> torch.Tensor:
     """``diag(row_scale) A diag(col_scale) X`` for a :class:`~dgl_rsc.CSR` (see
     :func:`spmm_csr`). ``score_col_scale (N,)``: a column scale the caller already applied to
     ``X`` (or before a dense product that produced ``X``); not applied again, only used to
-    score rows as rows of the normalized matrix."""
+    score rows as rows of the normalized matrix. ``quant``: an
+    :class:`~dgl_rsc.int8.spec.Int8State` to run the forward and backward products (exact
+    or sampled) on INT8 operands, or ``None``."""
     check_dense(X, A.shape[1], A.device)
     row = _check_scale("row_scale", row_scale, A.shape[0], X)
     if row is not None and row_divide:  # x / inf = 0: a row divided by 0 gives 0, not NaN
@@ -246,6 +250,7 @@ def spmm_matrix(
         _check_scale("col_scale", col_scale, A.shape[1], X),
         bool(row_divide) and row_scale is not None,
         _check_scale("score_col_scale", score_col_scale, A.shape[1], X),
+        quant,
     )
     vec = X.dim() == 1
     X2 = X.unsqueeze(1) if vec else X

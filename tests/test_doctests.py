@@ -17,7 +17,11 @@ OPTIONAL = {  # modules that import an optional dependency at import time
     "dgl_rsc.backends.cupy_backend": "cupy with a CUDA device",
     "dgl_rsc.pyg.convs": "torch_geometric",
 }
-SIMULATED = ("dgl_rsc.backends.numba_backend", "dgl_rsc.distributed.quant_numba")
+SIMULATED = (
+    "dgl_rsc.backends.numba_backend",
+    "dgl_rsc.backends.int8_numba",
+    "dgl_rsc.distributed.quant_numba",
+)
 _RUN = (
     "import doctest, importlib, sys; "
     "r = doctest.testmod(importlib.import_module(sys.argv[1]), optionflags=doctest.ELLIPSIS); "

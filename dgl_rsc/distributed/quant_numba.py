@@ -50,7 +50,7 @@ else:  # pragma: no cover - needs a GPU
 
 @cuda.jit(device=True)
 def _bf16_grid(v, away):
-    """``v`` rounded to the bf16 grid, away from zero when ``away`` (as ``quant._bf16_grid``)."""
+    """``v`` rounded to the bf16 grid, away from zero when ``away`` (as ``quant.bf16_grid``)."""
     b = _f2i(v)
     lo = b & 0xFFFF
     if lo != 0 and away:

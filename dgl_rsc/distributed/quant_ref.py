@@ -9,17 +9,13 @@ import types
 
 import torch
 
+from ..quant.rounding import bf16_grid as _bf16_grid
+from ..quant.rounding import bf16_scale_up
+
 __all__ = ["HUGE", "RESERVED", "TORCH_KERNELS", "row_ranges"]
 
 HUGE = 2.0**126  #: larger magnitudes (and inf, NaN) make a row special in 2/4/8-bit mode
 RESERVED = {2: 1, 4: 3, 8: 3}  #: top codes of a special row: NaN, +inf, -inf (2 bits: NaN)
-
-
-def _bf16_grid(v: torch.Tensor, up) -> torch.Tensor:
-    """fp32 ``v`` rounded to bf16 (low 16 bits cleared), away from zero where ``up``."""
-    b = v.contiguous().view(torch.int32)
-    lo = b & 0xFFFF
-    return torch.where((lo != 0) & up, b - lo + 0x10000, b - lo).view(torch.float32)
 
 
 def _row_frame(x: torch.Tensor):
@@ -58,8 +54,7 @@ def _ref_encode_quant(x, u, bits, meta, codes) -> None:
     full, res, per = (1 << bits) - 1, RESERVED[bits], 8 // bits
     specials, special, off, d = _row_frame(x)
     lr = torch.where(special, full - res, full).float()
-    s = _bf16_grid(d / lr, True)
-    s = torch.where(s * lr < d, (s.view(torch.int32) + 0x10000).view(torch.float32), s)
+    s = bf16_scale_up(d, lr)
     q = (x - off[:, None]).div_(s[:, None]).add_(u).floor_().clamp_(min=0)
     torch.minimum(q, lr[:, None], out=q)
     if not bool((s > 0).all()):

@@ -33,6 +33,7 @@ from typing import Any, Optional
 
 from ..config import ConfigError, RSCConfig, unknown_key_message
 from ..engines import ENGINES as _ENGINES
+from ..int8.spec import PRECISIONS, ROUNDINGS
 from ..models import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
@@ -96,6 +97,8 @@ class TrainConfig:
     stock_baseline: bool = True
     mode: str = "full"
     batches_per_epoch: Optional[int] = None
+    precision: str = "fp32"
+    int8_rounding: str = "stochastic"
 
 
 TRAIN_RULES = {
@@ -114,6 +117,8 @@ TRAIN_RULES = {
     "stock_baseline": Rule(bool),
     "mode": Rule(str, choices=MODES),
     "batches_per_epoch": Rule(int, 1, optional=True),
+    "precision": Rule(str, choices=PRECISIONS),
+    "int8_rounding": Rule(str, choices=ROUNDINGS),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -362,5 +367,21 @@ def resolve(raw: Any) -> RunConfig:
     if dist is not None and train.mode != "full":
         _fail("mini-batch training (train.mode: cluster or saint) is not distributed; use one "
               "or the other.")  # fmt: skip
+    _check_precision(train, dist)
     report = resolve_report(raw, check_value, Rule)
     return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb, report)
+
+
+def _check_precision(train: TrainConfig, dist) -> None:
+    """``train.precision: int8`` runs dgl_rsc's own layers on one device, without AMP."""
+    if train.precision != "int8":
+        return
+    if train.engine != "native":
+        _fail(f"train.precision=int8 needs train.engine: native (dgl_rsc layers); got "
+              f"train.engine={train.engine!r}.")  # fmt: skip
+    if train.amp != "none":
+        _fail(f"train.precision=int8 and train.amp={train.amp!r} both set the precision of the "
+              "products; keep one (train.amp: none).")  # fmt: skip
+    if dist is not None:
+        _fail("train.precision=int8 is not supported in distributed training; use "
+              "train.precision: fp32 with a distributed section.")  # fmt: skip

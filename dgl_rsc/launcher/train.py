@@ -43,6 +43,7 @@ from .. import _deps
 from ..config import ConfigError, RSCConfig
 from ..controller import RSCController
 from ..engines import get_engine
+from ..int8 import quantize_model
 from ..models import build_model
 from ..nn import attach
 from ..patch import patch
@@ -248,6 +249,8 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
             ctx = _PATCHES[engine.family](ctl)
         else:
             ctl = attach(model, rsc_cfg)
+    if t.precision == "int8" and method != "stock":  # the stock baseline stays stock (fp32)
+        quantize_model(model, t.int8_rounding, seed=seed)
     amp = t.amp if prep.device.type == "cuda" else "none"
     if t.amp != amp:
         log.warning("train.amp=%s ignored: AMP runs on CUDA only", t.amp)
@@ -382,6 +385,7 @@ def train_one(
     final = next((h for h in reversed(history) if h["val"] is not None), {})
     return {
         "method": method, "seed": seed, "epochs": t.epochs, "amp": run.amp,
+        "precision": "fp32" if method == "stock" else t.precision,
         "history": history, "best": best,
         "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
         "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,

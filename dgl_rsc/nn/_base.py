@@ -10,6 +10,8 @@ from torch import nn
 
 from ..controller import RSCController
 from ..graph import message_structure
+from ..int8.gemm import int8_matmul
+from ..int8.spec import Int8State
 from ..spmm import spmm_matrix
 from ..structure_cache import StructureCache
 from ..user_warnings import warn_user
@@ -79,6 +81,7 @@ class RSCLayer(nn.Module):
         self._rsc_mode = "unattached"  # "attached" | "exact" | "unattached"
         self._rsc_warned = False
         self._rsc_structures: Optional[StructureCache] = None
+        self._rsc_int8: Optional[Int8State] = None
 
     # -- attachment -------------------------------------------------------------------
     def rsc_attach(self, controller: RSCController, index: int) -> None:
@@ -111,6 +114,25 @@ class RSCLayer(nn.Module):
                     states[i].clear_cache()
         self._rsc_structures = None
 
+    # -- precision --------------------------------------------------------------------
+    def rsc_set_int8(self, state: Optional[Int8State]) -> None:
+        """Run this layer's products in INT8 (``state``, see :func:`dgl_rsc.int8.quantize_model`)
+        or in the operands' precision (``None``)."""
+        if state is not None and not isinstance(state, Int8State):
+            raise TypeError(f"state must be an Int8State or None, got {type(state).__name__}.")
+        self._rsc_int8 = state
+
+    def rsc_int8(self) -> Optional[Int8State]:
+        """This layer's INT8 state, or ``None`` (fp32 products)."""
+        return self._rsc_int8
+
+    def _matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``x @ w``: INT8 with int32 accumulation when the layer is quantized."""
+        if self._rsc_int8 is None or w.dim() != 2:
+            return torch.matmul(x, w)
+        self._rsc_int8.training = self.training
+        return int8_matmul(x, w, self._rsc_int8)
+
     # -- the aggregation --------------------------------------------------------------
     def _aggregate(
         self, graph, feat: torch.Tensor, edge_weight=None, *, slot: int = 0, **scales
@@ -130,6 +152,11 @@ class RSCLayer(nn.Module):
             )
         custom = getattr(graph, "rsc_aggregate", None)
         if custom is not None:  # a graph with its own aggregation (a distributed LocalGraph)
+            if self._rsc_int8 is not None:
+                raise layer_error(
+                    "INT8 products are not supported on a distributed graph; train with "
+                    "precision fp32 (dgl_rsc.int8.dequantize_model(model))."
+                )
             return custom(feat, edge_weight, lambda A: self._backward_state(slot, feat, A),
                           **scales)  # fmt: skip
         A, eids = message_structure(graph, self._structures())
@@ -144,7 +171,10 @@ class RSCLayer(nn.Module):
         if weights.values is not None:
             A = A.with_values(weights.values if eids is None else weights.values[eids])
         flat = feat.reshape(feat.shape[0], math.prod(feat.shape[1:]))
-        out = spmm_matrix(A, flat, self._backward_state(slot, feat, A), **scales)
+        state = self._backward_state(slot, feat, A)
+        if self._rsc_int8 is not None:
+            self._rsc_int8.training = self.training
+        out = spmm_matrix(A, flat, state, quant=self._rsc_int8, **scales)
         return out.reshape((A.shape[0],) + weights.out_tail)
 
     def _structures(self) -> StructureCache:

@@ -140,13 +140,13 @@ class GraphConv(RSCLayer):
         if before:
             if col is not None:
                 feat_src = feat_src * broadcast_to_rows(col, feat_src)
-            feat_src = torch.matmul(feat_src, weight)
+            feat_src = self._matmul(feat_src, weight)
             fused["score_col_scale"] = col
         else:
             fused["col_scale"] = col
         rst = self._aggregate(graph, feat_src, edge_weight, **fused)
         if after:
-            rst = torch.matmul(rst, weight)
+            rst = self._matmul(rst, weight)
             if row is not None:
                 rst = rst * broadcast_to_rows(row, feat_dst)
         if self.bias is not None:

@@ -146,7 +146,11 @@ def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> 
         f = sample.factor.to(dY.dtype if dY.is_floating_point() else torch.float32)
         row = f.expand(A.shape[1]) if row is None else row * f
     return csr_mm(
-        sample.t_slice, dY, Scales(row, ts.col), pool=A.transpose_pool(), sparse_write=True
+        sample.t_slice,
+        dY,
+        Scales(row, ts.col, quant=ts.quant),
+        pool=A.transpose_pool(),
+        sparse_write=True,
     )
 
 
@@ -182,7 +186,7 @@ def propagate_nonfinite(
     if dY.device.type == "cpu" and bool(torch.isfinite(dY.sum())):
         return out
     w = dY.sum(dim=1, keepdim=True).mul_(0)
-    return out.add_(csr_t_mm(A, w, scales).to(out.dtype))
+    return out.add_(csr_t_mm(A, w, scales._replace(quant=None)).to(out.dtype))
 
 
 def mass_scale(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

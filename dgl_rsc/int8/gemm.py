@@ -1,0 +1,134 @@
+"""INT8 dense products: int8 operands, int32 accumulation, one fused dequantize.
+
+``int_mm(qa, qb)`` is the integer part, ``(M, K) int8 @ (K, N) int8 -> (M, N) int32``, by
+engine (:data:`INT_MM`):
+
+* ``"int_mm"``: ``torch._int_mm`` (CUDA, and CPU where this torch has it: not 2.2; operands
+  padded to its shape rules with zeros);
+* ``"float64"``: the CPU engine where ``torch._int_mm`` has no CPU kernel: the codes as
+  float64 through BLAS. Every partial sum is an
+  integer of magnitude ``<= K * 127^2 < 2^53``, so each addition is exact whatever order BLAS
+  adds in, and the result equals the int32 accumulation bit for bit;
+* ``"int64"``: ``torch.matmul`` on int64 codes, the slow reference.
+
+Every engine refuses ``K > MAX_K`` (an int32 sum of ``K`` products ``127 * 127`` could then
+overflow) with an error naming the limit.
+
+:class:`Int8Matmul` is the autograd function of ``x @ w``: forward ``x`` per row and ``w`` per
+column; backward ``dx = g @ w^T`` (``g`` per row, ``w^T`` per column) and ``dw = x^T @ g``
+(``x^T`` per row, ``g`` per column): every product quantizes its operands along the shared
+axis, so each scale factors out of the integer sum.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import _deps
+from ..backends import resolve_int8
+from .quantize import QMAX, quantize
+from .spec import Int8State
+
+__all__ = ["MAX_K", "INT_MM", "int_mm", "int8_mm", "int8_matmul", "Int8Matmul"]
+
+MAX_K = (2**31 - 1) // (QMAX * QMAX)  #: 133143: longest int32-safe contraction
+
+
+def _float64(qa, qb):
+    return torch.matmul(qa.double(), qb.double()).to(torch.int32)
+
+
+def _int64(qa, qb):
+    return torch.matmul(qa.long(), qb.long()).to(torch.int32)
+
+
+def _pad(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    r, c = t.shape
+    if r == rows and c == cols:
+        return t.contiguous()
+    out = t.new_zeros((rows, cols))
+    out[:r, :c] = t
+    return out
+
+
+def _torch_int_mm(qa, qb):
+    (m, k), n = qa.shape, qb.shape[1]
+    up8 = lambda v: -(-v // 8) * 8  # noqa: E731 - torch._int_mm: K and N multiples of 8
+    mp, kp, np_ = max(up8(m), 24), up8(k), up8(n)  # and M > 16
+    out = torch._int_mm(_pad(qa, mp, kp), _pad(qb, kp, np_))
+    return out[:m, :n]
+
+
+INT_MM = {"int_mm": _torch_int_mm, "float64": _float64, "int64": _int64}
+
+
+def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> torch.Tensor:
+    """``(M, N)`` int32 ``qa (M, K) @ qb (K, N)`` (both int8). ``engine``: a key of
+    :data:`INT_MM`; ``None`` picks ``"int_mm"`` on CUDA and on CPUs where torch has it,
+    ``"float64"`` elsewhere."""
+    if qa.dtype != torch.int8 or qb.dtype != torch.int8:
+        raise TypeError(f"int_mm takes int8 operands, got {qa.dtype} and {qb.dtype}.")
+    if qa.dim() != 2 or qb.dim() != 2 or qa.shape[1] != qb.shape[0]:
+        raise ValueError(f"int_mm: shapes {tuple(qa.shape)} @ {tuple(qb.shape)} do not chain.")
+    k = qa.shape[1]
+    if k > MAX_K:
+        raise ValueError(
+            f"int_mm: contraction length {k} exceeds MAX_K={MAX_K}, beyond which an int32 "
+            "sum of int8 products can overflow; split the product or keep it in fp32."
+        )
+    if engine is None:
+        native = qa.device.type == "cuda" or _deps.int_mm_on_cpu()
+        engine = "int_mm" if native else "float64"
+    if engine not in INT_MM:
+        raise ValueError(f"engine={engine!r} is not one of {', '.join(INT_MM)}.")
+    if qa.shape[0] == 0 or qb.shape[1] == 0 or k == 0:
+        return torch.zeros((qa.shape[0], qb.shape[1]), dtype=torch.int32, device=qa.device)
+    return INT_MM[engine](qa, qb)
+
+
+def _q(state: Int8State, x: torch.Tensor, dim: int):
+    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
+    if not state.stochastic:
+        return quantize(x, dim, "nearest", 0, codes)
+    return quantize(x, dim, "stochastic", state.next_seed(), codes)
+
+
+def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:
+    """``(M, N)`` fp32 ``a (M, K) @ b (K, N)`` on INT8 operands: ``a`` per row, ``b`` per
+    column, int32 accumulation, dequantized once as ``(acc * s_a) * s_b``. No autograd."""
+    qa, sa = _q(state, a, 1)
+    qb, sb = _q(state, b, 0)
+    return int_mm(qa, qb).float().mul_(sa).mul_(sb)
+
+
+class Int8Matmul(torch.autograd.Function):
+    """``x (N, K) @ w (K, O)`` with every product (forward and both gradients) in INT8.
+
+    Saves ``x`` and ``w`` in their own precision (the master copies); the optimizer and its
+    state never see INT8 values."""
+
+    @staticmethod
+    def forward(ctx, x, w, state: Int8State):
+        ctx.state = state
+        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None,
+                              w if ctx.needs_input_grad[0] else None)  # fmt: skip
+        return int8_mm(x, w, state).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = int8_mm(g, w.t(), ctx.state).to(w.dtype)
+        if ctx.needs_input_grad[1]:
+            dw = int8_mm(x.t(), g, ctx.state).to(x.dtype)
+        return dx, dw, None
+
+
+def int8_matmul(x: torch.Tensor, w: torch.Tensor, state: Int8State) -> torch.Tensor:
+    """``x (..., K) @ w (K, O)`` in INT8 (leading dimensions of ``x`` are flattened)."""
+    lead = x.shape[:-1]
+    out = Int8Matmul.apply(x.reshape(-1, x.shape[-1]), w, state)
+    return out.reshape(*lead, w.shape[1])

@@ -1,0 +1,76 @@
+"""What an INT8 layer is told: the rounding mode, the seed of its random numbers, the kernels.
+
+:class:`Int8Spec` is the frozen, validated choice (one per model); :class:`Int8State` is the
+per-layer object that hands every quantization call its own 32-bit seed, so stochastic
+rounding is reproducible (same spec, same calls, same codes) and every call draws fresh
+random numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..quant.rounding import stream_seed
+
+__all__ = ["ROUNDINGS", "PRECISIONS", "Int8Spec", "Int8State"]
+
+ROUNDINGS = ("nearest", "stochastic")
+PRECISIONS = ("fp32", "int8")
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Spec:
+    """How a model runs its products in INT8.
+
+    Attributes:
+        rounding: ``"nearest"`` (round half to even) or ``"stochastic"`` (``floor(v + u)``,
+            ``u`` from the counter-based hash of :mod:`dgl_rsc.quant.rounding`: unbiased).
+        seed: seed of the stochastic rounding (ignored with ``"nearest"``).
+        keep_last: leave the last convolution of the model in fp32 (its output feeds the
+            softmax/loss directly).
+        backend: kernels of the sparse product: ``"auto"``, ``"torch"``, ``"numba-cpu"``,
+            ``"numba"`` or ``"cupy"`` (:func:`dgl_rsc.backends.resolve_int8`).
+    """
+
+    rounding: str = "stochastic"
+    seed: int = 0
+    keep_last: bool = True
+    backend: str = "auto"
+
+    def __post_init__(self):
+        if self.rounding not in ROUNDINGS:
+            raise ValueError(
+                f"rounding={self.rounding!r} is not one of {', '.join(ROUNDINGS)}; use "
+                "'nearest' or 'stochastic'."
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {self.seed!r}.")
+        if not isinstance(self.keep_last, bool):
+            raise ValueError(f"keep_last must be True or False, got {self.keep_last!r}.")
+
+
+class Int8State:
+    """A layer's INT8 state: the spec, the layer's id, and a counter of quantization calls.
+
+    ``next_seed()`` returns ``stream_seed(spec.seed, layer, call)`` and advances the counter.
+    ``training`` mirrors the layer's mode (set by the layer at each forward): stochastic
+    rounding applies in training only; an evaluation forward rounds to nearest, so its
+    predictions are deterministic.
+    """
+
+    __slots__ = ("spec", "layer", "calls", "training")
+
+    def __init__(self, spec: Int8Spec, layer: int = 0):
+        self.spec, self.layer, self.calls, self.training = spec, int(layer), 0, True
+
+    @property
+    def stochastic(self) -> bool:
+        return self.spec.rounding == "stochastic" and self.training
+
+    def next_seed(self) -> int:
+        seed = stream_seed(self.spec.seed, self.layer, self.calls)
+        self.calls += 1
+        return seed
+
+    def __repr__(self) -> str:
+        return f"Int8State(rounding={self.spec.rounding}, layer={self.layer}, calls={self.calls})"
