@@ -63,8 +63,10 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     for k in runs:
-        print(f"{k:10s} {med[k] * 1000:8.1f} ms  x{result['ratio_to_exact'][k]:.3f}  "
-              f"visited {result['visited_fraction'][k]}")
+        print(
+            f"{k:10s} {med[k] * 1000:8.1f} ms  x{result['ratio_to_exact'][k]:.3f}  "
+            f"visited {result['visited_fraction'][k]}"
+        )
     return 0
 
 
