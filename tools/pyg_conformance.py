@@ -13,7 +13,7 @@ Every test that passes stock must pass swapped and patched, except those listed 
 :data:`UNSUPPORTED` (documented in docs/pyg_conformance.md); the tool exits 1 otherwise.
 Example (the modern environment, with torch-geometric)::
 
-    python tools/pyg_conformance.py /work/.mirror/pyg-team+pytorch_geometric/repo \\
+    python tools/pyg_conformance.py PATH/TO/pytorch_geometric \\
         --rev 2.8.0.post1 --out docs/results/pyg_conformance.json
 """
 
