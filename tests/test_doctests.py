@@ -15,7 +15,6 @@ import dgl_rsc
 
 OPTIONAL = {  # modules that import an optional dependency at import time
     "dgl_rsc.backends.cupy_backend": "cupy with a CUDA device",
-    "dgl_rsc.pyg.convs": "torch_geometric",
 }
 SIMULATED = (
     "dgl_rsc.backends.numba_backend",
@@ -36,7 +35,13 @@ def modules():
     return sorted(names)
 
 
-@pytest.mark.parametrize("name", modules())
+#: modules that need torch_geometric: collected as ``pyg`` tests (the modern environment's leg)
+PYG = ("dgl_rsc.pyg.convs",)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.pyg] if n in PYG else []) for n in modules()]
+)
 def test_docstring_examples_run(name):
     if name in SIMULATED:  # the simulator must be on before Numba is imported: a new process
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
