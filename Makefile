@@ -1,13 +1,21 @@
 # Two commands for a newcomer: `make demo` and `make test`. Both create .venv when it is missing
 # or stale: the stamp file is named after a hash of the lock file and setup.cfg, so editing
 # either rebuilds the environment, and a second run with .venv present starts in seconds.
+# `make test-modern` does the same with .venv-modern: the newest torch and PyG, no DGL.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 HASH := $(shell cat requirements/lock.txt setup.cfg | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(HASH)
+VENV_MODERN := .venv-modern
+PY_MODERN := $(VENV_MODERN)/bin/python
+HASH_MODERN := $(shell cat requirements/lock-modern.txt setup.cfg | sha1sum | cut -c1-12)
+STAMP_MODERN := $(VENV_MODERN)/.installed-$(HASH_MODERN)
+# the tests that need DGL carry the `dgl` marker, those that need torch_geometric the `pyg`
+# marker: tests/conftest.py deselects them where the dependency does not import (never skips)
+MODERN_MARKERS := not dgl and not gpu and not slow
 
-.PHONY: venv demo test test-dist lint format bench clean
+.PHONY: venv venv-modern demo test test-modern test-dist lint format bench clean
 
 venv: $(STAMP)
 
@@ -18,11 +26,24 @@ $(STAMP): requirements/lock.txt setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
+venv-modern: $(STAMP_MODERN)
+
+$(STAMP_MODERN): requirements/lock-modern.txt setup.cfg pyproject.toml
+	rm -rf $(VENV_MODERN)
+	$(PYTHON) -m venv $(VENV_MODERN)
+	$(PY_MODERN) -m pip install --quiet --disable-pip-version-check -r requirements/lock-modern.txt
+	$(PY_MODERN) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
 demo: $(STAMP)
 	$(VENV)/bin/dgl-rsc run yaml_configs/quickstart.yaml --out runs/quickstart --force
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# every test that does not need DGL, on torch 2.15 and PyG 2.8.1 (requirements/lock-modern.txt)
+test-modern: $(STAMP_MODERN)
+	$(PY_MODERN) -m pytest -m "$(MODERN_MARKERS)"
 
 # the distributed tests that start several processes (2 and 4 gloo workers, real graphs,
 # faults, resume): longer than `make test`
@@ -50,4 +71,4 @@ bench: $(STAMP)
 	  --profile --out results/e2e_cpu.json
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info runs
+	rm -rf $(VENV) $(VENV_MODERN) build dist *.egg-info runs

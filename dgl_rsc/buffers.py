@@ -25,6 +25,7 @@ by :meth:`OutputPool.clear`.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 
 import torch
@@ -39,12 +40,26 @@ _MAX_KEYS = 8
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
+@functools.cache
+def _sole_owner_count() -> int:
+    """The use count of a storage that one tensor alone holds.
+
+    torch 2.2 reports 1; newer releases (2.15 at least) keep the storage's Python object alive
+    with the storage once it has been asked for, which adds one reference of its own. Measured,
+    not assumed, so that the pool works on both.
+    """
+    t = torch.empty(1)
+    t.untyped_storage()
+    return _use_count(t.untyped_storage()._cdata)
+
+
 def _free(buf: torch.Tensor) -> bool:
     """Whether the pool holds the only reference to ``buf``'s storage.
 
-    ``buf`` itself holds one reference; every live alias, view or storage object adds one.
+    ``buf`` itself holds the references of :func:`_sole_owner_count`; every live alias, view
+    or storage object adds one.
     """
-    return _use_count(buf.untyped_storage()._cdata) == 1
+    return _use_count(buf.untyped_storage()._cdata) <= _sole_owner_count()
 
 
 def _alias(buf: torch.Tensor) -> torch.Tensor:

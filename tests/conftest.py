@@ -87,21 +87,21 @@ def small_graph():
     return power_law_csr(400, 8.0, weighted=True, seed=1)
 
 
+# A test that needs DGL carries the `dgl` marker (``requires_dgl`` is the same marker); one that
+# needs torch_geometric the `pyg` marker. Where the dependency does not import, such tests are
+# deselected (counted in pytest's summary), never skipped-to-pass: the torch 2.2 environment
+# (`make test`) runs the DGL tests, the torch 2.15 one (`make test-modern`) the PyG tests.
+requires_dgl = pytest.mark.dgl
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``pyg`` need torch_geometric: where it does not import (the torch 2.2
-    environment) they are deselected, not skipped or passed; the modern environment's leg
-    (torch 2.15 with torch-geometric) runs them."""
-    if _deps.torch_geometric_available():
-        return
-    drop = [item for item in items if item.get_closest_marker("pyg")]
+    missing = [m for m, ok in (("dgl", _deps.dgl_available),
+                               ("pyg", _deps.torch_geometric_available)) if not ok()]  # fmt: skip
+    drop = [item for item in items if any(item.get_closest_marker(m) for m in missing)]
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = [item for item in items if not item.get_closest_marker("pyg")]
+        items[:] = [item for item in items if item not in drop]
 
-
-requires_dgl = pytest.mark.skipif(
-    not _deps.dgl_available(), reason="dgl not importable with this torch"
-)
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 

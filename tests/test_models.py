@@ -13,7 +13,7 @@ from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.models import GCN, GCNII, MODELS, SAGE, build_model, model_params
 
-requires_dgl = pytest.mark.skipif(not _deps.dgl_available(), reason="dgl not importable")
+from .conftest import requires_dgl
 
 SMALL = {"hidden": 12, "layers": 2}
 MODEL_NAMES = [pytest.param(name, id=name) for name in MODELS]

@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import dgl_rsc
@@ -66,6 +67,16 @@ def test_wheel_install_ships_kernel_sources(tmp_path):
         cwd=tmp_path,
     )
     (wheel,) = wheels.glob("*.whl")
+    # every subpackage of the source tree is in the wheel (an editable install of the repo
+    # would otherwise serve a missing one to the import below)
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {os.path.dirname(n) for n in zf.namelist() if n.endswith("/__init__.py")}
+    source = {
+        str(p.parent.relative_to(ROOT))
+        for p in (ROOT / "dgl_rsc").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert source <= shipped, f"missing from setup.cfg's packages: {sorted(source - shipped)}"
     site = tmp_path / "site"
     subprocess.run(pip + ["install", "--no-deps", "--target", str(site), str(wheel)], check=True)
     code = (

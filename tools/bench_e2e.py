@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_common import machine, sync, write_json
 
 import dgl_rsc.nn as rnn
-from dgl_rsc import RSCConfig
+from dgl_rsc import RSCConfig, _deps
 from dgl_rsc.data import load_dataset
 from dgl_rsc.graph import Graph
 from dgl_rsc.models import build_model
@@ -56,7 +56,10 @@ def train(model, graph, data, epochs, lr, amp, device, rsc=None, profile=False):
     """Train ``epochs`` full-batch steps; returns per-epoch seconds and final metrics."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[amp]
-    scaler = torch.cuda.amp.GradScaler() if dtype is torch.float16 else None
+    scaler = None
+    if dtype is torch.float16:  # torch.cuda.amp.GradScaler is deprecated from torch 2.3 on
+        new_api = _deps.TORCH_VERSION >= (2, 3)
+        scaler = torch.amp.GradScaler("cuda") if new_api else torch.cuda.amp.GradScaler()
     times, best_val, test_at_best = [], -1.0, 0.0
     y, tr = data.label, data.train_mask
     for epoch in range(epochs):

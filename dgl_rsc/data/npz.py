@@ -148,7 +148,8 @@ def _integers(arr: np.ndarray, name: str, file: Path) -> torch.Tensor:
         bad = ~np.isfinite(arr) | (arr != np.round(arr))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{file}: {name} must hold integers, but entry {i} is {arr[i]!r}; "
+            value = arr[i].item()  # a Python float: NumPy 2 writes np.float64(...) otherwise
+            raise ValueError(f"{file}: {name} must hold integers, but entry {i} is {value!r}; "
                              f"store whole numbers (ids, class ids) in {name}.")  # fmt: skip
     elif arr.dtype.kind not in "biu":
         raise ValueError(f"{file}: {name} must hold integers, got dtype {arr.dtype}.")

@@ -1,0 +1,48 @@
+"""The commands the README gives and CI runs exist, and the modern lock file is what it says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([A-Za-z][\w-]*):", text, re.M))
+
+
+def test_readme_make_commands_are_makefile_targets():
+    first_block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    commands = re.findall(r"^make ([\w-]+)", first_block.group(1), re.M)
+    assert {"test", "test-modern"} <= set(commands)
+    assert set(commands) <= make_targets()
+
+
+def test_ci_runs_lint_then_both_test_environments():
+    steps = re.findall(r"^step ([\w-]+)$", (ROOT / ".ci" / "run").read_text(), re.M)
+    assert steps == ["venv", "lint", "test", "test-dist", "venv-modern", "test-modern"]
+    assert set(steps) <= make_targets()
+
+
+def test_test_modern_deselects_the_dgl_marker():
+    text = (ROOT / "Makefile").read_text()
+    markers = re.search(r"^MODERN_MARKERS := (.+)$", text, re.M).group(1)
+    assert markers.split(" and ") == ["not dgl", "not gpu", "not slow"]
+    recipe = re.search(r"^test-modern:.*\n\t(.+)$", text, re.M).group(1)
+    assert recipe == '$(PY_MODERN) -m pytest -m "$(MODERN_MARKERS)"'
+
+
+def test_modern_lock_pins_everything_and_has_no_dgl():
+    lines = [
+        line.strip()
+        for line in (ROOT / "requirements" / "lock-modern.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    pins = dict(line.split("==", 1) for line in lines)
+    assert len(pins) == len(lines), "every requirement is pinned with =="
+    names = {name.lower().replace("_", "-") for name in pins}
+    assert pins["torch"] == "2.15.0" and pins["torch-geometric"] == "2.8.1"
+    assert {"numba", "cupy-cuda13x", "pymetis", "pytest", "pyyaml"} <= names
+    assert not any(name == "dgl" or name.startswith("dgl-") for name in names)
