@@ -97,6 +97,16 @@ class RSCController:
         self.implicit_steps = 0  # steps counted for a missing rsc.step() (see slot())
         self.not_approximated: dict[str, int] = {}  # reason -> training products left to DGL
 
+    @classmethod
+    def coerce(cls, config=None, **overrides) -> RSCController:
+        """``config`` itself when it is a controller (then no ``overrides``), else a new
+        controller from an :class:`~dgl_rsc.RSCConfig` (or ``None``) and ``overrides``."""
+        if isinstance(config, RSCController):
+            if overrides:
+                raise TypeError("pass either an RSCController or RSCConfig fields, not both.")
+            return config
+        return cls(config, **overrides)
+
     # -- product identity ---------------------------------------------------------------------
     def layer(self, index: int) -> LayerState:
         """The state of product ``index``, created on first use."""

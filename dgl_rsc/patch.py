@@ -296,12 +296,7 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     _deps.require_dgl()
-    if isinstance(config, RSCController):
-        if overrides:
-            raise TypeError("pass either an RSCController or RSCConfig fields, not both.")
-        rsc = config
-    else:
-        rsc = RSCController(config, **overrides)
+    rsc = RSCController.coerce(config, **overrides)
     warn_never_exact(rsc.config, "dgl_rsc.patch()")
     symbols = patched_symbols()
     with _ACTIVATION:

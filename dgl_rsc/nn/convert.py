@@ -73,14 +73,20 @@ def convert(model: nn.Module) -> nn.Module:
     :data:`TWINS` (``GraphConv``, ``SAGEConv`` mean/gcn, ``GCN2Conv``, ``ChebConv``) by
     that twin, which takes over its parameters (see :func:`twin`). Returns ``model``.
     Other modules (including ``SAGEConv`` with pool/lstm) are left untouched."""
-    if twin(model) is not None:
+    return swap_children(model, twin)
+
+
+def swap_children(model: nn.Module, make_twin) -> nn.Module:
+    """Replace, in place and recursively, every submodule ``m`` of ``model`` for which
+    ``make_twin(m)`` returns a module by that module (the front ends' ``convert``)."""
+    if make_twin(model) is not None:
         raise TypeError("convert() swaps submodules; wrap a lone conv in a model first.")
     for name, child in list(model.named_children()):
-        new = twin(child)
+        new = make_twin(child)
         if new is not None:
             setattr(model, name, new)
         else:
-            convert(child)
+            swap_children(child, make_twin)
     return model
 
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from .. import _deps
 from ..nn.convert import attach as _attach
-from ..nn.convert import rsc_layers
+from ..nn.convert import rsc_layers, swap_children
 
 __all__ = ["TWINS", "twin", "convert", "attach"]
 
@@ -92,15 +92,7 @@ def convert(model: nn.Module) -> nn.Module:
         model = dgl_rsc.pyg.convert(model)
         rsc = dgl_rsc.pyg.attach(model, budget=0.1, total_steps=epochs)
     """
-    if twin(model) is not None:
-        raise TypeError("convert() swaps submodules; wrap a lone conv in a model first.")
-    for name, child in list(model.named_children()):
-        new = twin(child)
-        if new is not None:
-            setattr(model, name, new)
-        else:
-            convert(child)
-    return model
+    return swap_children(model, twin)
 
 
 def attach(model: nn.Module, config=None, **overrides):

@@ -181,12 +181,7 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     _deps.require_torch_geometric()
-    if isinstance(config, RSCController):
-        if overrides:
-            raise TypeError("pass either an RSCController or RSCConfig fields, not both.")
-        rsc = config
-    else:
-        rsc = RSCController(config, **overrides)
+    rsc = RSCController.coerce(config, **overrides)
     watch = _Watch(rsc, threading.get_ident())
     with _ACTIVATION:
         if is_patched():
