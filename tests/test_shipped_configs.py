@@ -93,7 +93,9 @@ def test_shipped_config_runs(config, tmp_path, capsys, one_thread):
     if not _expects_data(raw):
         assert code == 2, err
         assert err.count("\n") == 1 and "could not be loaded" in err, err
-        assert str(tmp_path) in err  # it names where the data were looked for
+        # it names where the data were looked for, or (an environment without the dataset's
+        # loader library, such as DGL on torch 2.15) the library and how to get it
+        assert str(tmp_path) in err or ("is required" in err and "not usable" in err), err
         assert not out.exists()  # refused before anything was written
         return
     assert code == 0, err
