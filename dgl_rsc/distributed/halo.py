@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from .partition import _edges, _part_vector
+from .partition import _edges, part_vector
 
 __all__ = ["LocalPartition", "build_local", "all_local", "halo_rows"]
 
@@ -190,7 +190,7 @@ def build_local(
         :func:`all_local`, which sorts the edges once.
     """
     src, dst, n = _edges(src, dst, num_nodes)
-    part, p = _part_vector(part, n, parts)
+    part, p = part_vector(part, n, parts)
     if not 0 <= int(rank) < p:
         raise ValueError(f"rank={rank} must lie in [0, {p}) for a partition into {p} parts.")
     rank = int(rank)
@@ -213,7 +213,7 @@ def all_local(src, dst, num_nodes: int, part, parts: Optional[int] = None) -> li
         [([1, 0], [3], [0, 1]), ([3, 2], [1], [1, 0])]
     """
     src, dst, n = _edges(src, dst, num_nodes)
-    part, p = _part_vector(part, n, parts)
+    part, p = part_vector(part, n, parts)
     ps, pd = part[src], part[dst]
     by_dst = torch.sort(pd, stable=True).indices.split(torch.bincount(pd, minlength=p).tolist())
     cut = torch.nonzero(ps != pd).flatten()
@@ -253,7 +253,7 @@ def halo_rows(
         [[0, 1], [1, 0]]
     """
     src, dst, n = _edges(src, dst, num_nodes)
-    part, p = _part_vector(part, n, parts)
+    part, p = part_vector(part, n, parts)
     keep = part[src] != part[dst]
     if rows is not None:
         rows = torch.as_tensor(rows)

@@ -49,18 +49,25 @@ def _edges(src, dst, num_nodes) -> tuple[torch.Tensor, torch.Tensor, int]:
     return src, dst, n
 
 
-def _part_vector(part, n: int, parts: Optional[int] = None) -> tuple[torch.Tensor, int]:
-    """Validated ``(part, P)``: ``(N,)`` int64 with values in ``[0, P)``."""
+def part_vector(
+    part, n: int, parts: Optional[int] = None, name: str = "part", count: str = "parts",
+    hint: str = "; compute it with partition_nodes",
+) -> tuple[torch.Tensor, int]:  # fmt: skip
+    """Validated ``(part, P)``: ``(N,)`` int64 on the CPU with values in ``[0, P)`` (``P`` the
+    largest id plus one when ``parts`` is not given). ``name``, ``count`` and ``hint`` word the
+    errors for the caller's argument (the mini-batch clusters call it ``partition``)."""
     part = torch.as_tensor(part)
     if part.shape != (n,) or part.is_floating_point() or part.dtype == torch.bool:
         raise ValueError(
-            f"part must be an (N,) = ({n},) integer tensor, got {part.dtype} "
-            f"{tuple(part.shape)}; compute it with partition_nodes."
+            f"{name} must be an (N,) = ({n},) integer tensor, got {part.dtype} "
+            f"{tuple(part.shape)}{hint}."
         )
     part = part.to("cpu", torch.int64)
     p = int(part.max()) + 1 if parts is None else int(parts)
     if int(part.min()) < 0 or int(part.max()) >= p:
-        raise ValueError(f"part ids must lie in [0, parts={p}); got [{part.min()}, {part.max()}].")
+        raise ValueError(
+            f"{name} ids must lie in [0, {count}={p}); got [{part.min()}, {part.max()}]."
+        )
     return part, p
 
 
@@ -202,7 +209,7 @@ def partition_quality(src, dst, num_nodes: int, part, parts: Optional[int] = Non
         ([1, 1], 1, [0, 1], [0, 1], [2, 0])
     """
     src, dst, n = _edges(src, dst, num_nodes)
-    part, p = _part_vector(part, n, parts)
+    part, p = part_vector(part, n, parts)
     cut = part[src] != part[dst]
     nodes = torch.bincount(part, minlength=p)
     edges = torch.bincount(part[dst], minlength=p)

@@ -55,16 +55,9 @@ def metis_clusters(src, dst, num_nodes: int, num_parts: int, seed: int = 0) -> t
 
 def check_partition(partition, n: int, num_parts: int) -> torch.Tensor:
     """A user's ``(N,)`` cluster vector as int64 on the CPU, ids in ``[0, num_parts)``."""
-    part = torch.as_tensor(partition)
-    if part.shape != (n,) or part.is_floating_point() or part.dtype == torch.bool:
-        raise ValueError(
-            f"partition must be an (N,) = ({n},) integer tensor, got {part.dtype} "
-            f"{tuple(part.shape)}."
-        )
-    part = part.to("cpu", torch.int64)
-    if int(part.min()) < 0 or int(part.max()) >= num_parts:
-        raise ValueError(f"partition ids must lie in [0, num_parts={num_parts}).")
-    return part
+    from ..distributed.partition import part_vector
+
+    return part_vector(partition, n, num_parts, "partition", "num_parts", hint="")[0]
 
 
 class ClusterLayout:
