@@ -148,7 +148,7 @@ def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
     cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(out), "--no-progress",
            "--nproc", str(nproc)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)  # fmt: skip
+                            env=ENV, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # every worker up and training
@@ -160,9 +160,9 @@ def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
         os.kill(workers[victim], signal.SIGKILL)
         start = time.monotonic()
         _, err = proc.communicate(timeout=240)
-    finally:
+    finally:  # the launcher and every worker it started, also when an assertion failed
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
     assert time.monotonic() - start < 60
     assert proc.returncode == 1
     lines = err.strip().splitlines()

@@ -353,7 +353,12 @@ def test_two_runs_into_one_new_folder(tmp_path, force):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1", "PYTHONPATH": REPO}
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=env, cwd=REPO) for _ in range(2)]  # fmt: skip
-    results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    try:
+        results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    finally:  # neither run outlives the test, also on a timeout
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     codes = sorted(r[2] for r in results)
     for _, err, _ in results:
         assert "FileNotFoundError" not in err and "Traceback" not in err
