@@ -6,17 +6,16 @@ from __future__ import annotations
 import doctest
 import itertools
 import math
-import socket
-from datetime import timedelta
 
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from dgl_rsc.distributed import bitwidth as bw
 from dgl_rsc.distributed import calibrate, quant
+
+from .test_distributed import ROOT, torchrun
 
 
 def random_instance(rng, max_groups=8, widths=(2, 4, 8), max_dest=3):
@@ -177,24 +176,9 @@ def test_bit_histogram_and_doctests():
 
 
 # -- calibration --------------------------------------------------------------------------------
-def _calibrate_worker(rank, init_method, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=init_method, rank=rank, world_size=2, timeout=timedelta(seconds=60)
-    )
-    try:  # sizes up to 32 MB: the slope stands out of the noise of a busy machine
-        model = calibrate.calibrate(sizes=(1 << 10, 1 << 23, 1 << 25), repeats=5, timeout=60)
-        with open(f"{out_dir}/rank{rank}.txt", "w") as f:
-            f.write(f"{model.alpha!r} {model.beta!r}")
-    finally:
-        dist.destroy_process_group()
-
-
 def test_calibrate_over_gloo(tmp_path):
-    with socket.socket() as s:  # a free port for the TCP store (a file store can hang on exit)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_calibrate_worker, args=(f"tcp://127.0.0.1:{port}", str(tmp_path)), nprocs=2)
+    proc = torchrun(2, str(ROOT / "tests" / "workers" / "worker_calibrate.py"), str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
     r0, r1 = ((tmp_path / f"rank{r}.txt").read_text() for r in range(2))
     assert r0 == r1, "the ranks returned different models"
     alpha, beta = map(float, r0.split())
@@ -204,7 +188,6 @@ def test_calibrate_over_gloo(tmp_path):
 
 
 def test_calibrate_needs_a_process_group():
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
+    assert not dist.is_initialized()  # the calibration test runs its ranks in other processes
     with pytest.raises(RuntimeError, match="init_process_group"):
         calibrate.calibrate()

@@ -1,12 +1,13 @@
 """Optional dependencies: one probe point, errors that name the fix, and no effect on the
 process at import (warnings filters, the environment, NumPy's namespace)."""
 
-import subprocess
 import sys
 
 import pytest
 
 from dgl_rsc import _deps
+
+from .proc import run as run_cmd
 
 
 def test_require_messages_name_the_fix(monkeypatch):
@@ -47,6 +48,6 @@ assert hasattr(np, "row_stack") == had_row_stack, "numpy namespace changed"
 print("clean")
 """
     env = {k: v for k, v in __import__("os").environ.items() if k != "DGLBACKEND"}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    proc = run_cmd([sys.executable, "-c", script], env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "clean" in proc.stdout

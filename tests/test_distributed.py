@@ -16,6 +16,8 @@ import yaml
 
 from dgl_rsc.csr import CSR
 
+from .proc import run as run_cmd
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1"}
 
@@ -23,7 +25,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1"}
 def torchrun(nproc: int, *args, timeout=240) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={nproc}", *args]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return run_cmd(cmd, timeout=timeout, env=ENV)
 
 
 @pytest.mark.parametrize("mode", ["exact", pytest.param("full", marks=pytest.mark.slow), "sampled"])
@@ -71,7 +73,7 @@ def write_config(tmp_path, **sections):
 
 def dgl_rsc(*args, timeout=240):
     cmd = [sys.executable, "-m", "dgl_rsc", "run", *args, "--no-progress"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return run_cmd(cmd, timeout=timeout, env=ENV)
 
 
 def losses(out):

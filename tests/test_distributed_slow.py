@@ -9,6 +9,8 @@ import pytest
 import torch
 
 from .conftest import SHARED_DATA
+from .proc import group as proc_group
+from .proc import run as run_cmd
 from .test_distributed import ROOT, dgl_rsc, losses, torchrun, write_config
 
 pytestmark = pytest.mark.slow
@@ -138,7 +140,6 @@ def _workers(nproc: int) -> dict:
 @pytest.mark.parametrize("nproc, victim", [(2, 1), (4, 2), (4, 0)])
 def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
     import signal
-    import subprocess
     import sys
 
     from .test_distributed import ENV
@@ -147,9 +148,7 @@ def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(out), "--no-progress",
            "--nproc", str(nproc)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True)  # fmt: skip
-    try:
+    with proc_group(cmd, env=ENV) as proc:  # the launcher and every worker end with the test
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:  # every worker up and training
             workers = _workers(nproc)
@@ -160,9 +159,6 @@ def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
         os.kill(workers[victim], signal.SIGKILL)
         start = time.monotonic()
         _, err = proc.communicate(timeout=240)
-    finally:  # the launcher and every worker it started, also when an assertion failed
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert time.monotonic() - start < 60
     assert proc.returncode == 1
     lines = err.strip().splitlines()
@@ -172,7 +168,6 @@ def test_a_killed_worker_is_named_not_a_bystander(tmp_path, nproc, victim):
 
 
 def test_a_crash_in_a_worker_names_the_rank_and_the_log(tmp_path):
-    import subprocess
     import sys
 
     from .test_distributed import ENV
@@ -189,7 +184,7 @@ def test_a_crash_in_a_worker_names_the_rank_and_the_log(tmp_path):
     env = {**ENV, "PYTHONPATH": f"{hook}{os.pathsep}{ROOT}"}
     cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(tmp_path / "out"),
            "--no-progress", "--nproc", "2"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    proc = run_cmd(cmd, env=env, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "ChildFailedError" not in proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
@@ -253,7 +248,6 @@ def test_resume_verifies_every_ranks_checkpoint_before_training(tmp_path):
 def test_ctrl_c_of_a_distributed_run_prints_a_continue_command_that_works(tmp_path):
     import shlex
     import signal
-    import subprocess
     import sys
 
     from .test_distributed import ENV
@@ -262,18 +256,13 @@ def test_ctrl_c_of_a_distributed_run_prints_a_continue_command_that_works(tmp_pa
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(out), "--no-progress",
            "--nproc", "2"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True)  # fmt: skip
-    try:
+    with proc_group(cmd, env=ENV) as proc:
         deadline = time.monotonic() + 240
         while not list((out / "checkpoints").glob("exact-seed0.rank1.pt")):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.2)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-3000:]
     line = [ln for ln in err.splitlines() if "continue with:" in ln][-1]
     words = shlex.split(line.split("continue with:", 1)[1])
@@ -281,7 +270,6 @@ def test_ctrl_c_of_a_distributed_run_prints_a_continue_command_that_works(tmp_pa
         out
     )
     words = [*words[3:]]  # drop "python -m dgl_rsc": run it with this interpreter
-    cont = subprocess.run([sys.executable, "-m", "dgl_rsc", *words], capture_output=True,
-                          text=True, env=ENV, timeout=900)  # fmt: skip
+    cont = run_cmd([sys.executable, "-m", "dgl_rsc", *words], env=ENV, timeout=900)
     assert cont.returncode == 0, cont.stderr[-3000:]
     assert (out / "results.json").exists()

@@ -6,12 +6,13 @@ import doctest
 import importlib
 import os
 import pkgutil
-import subprocess
 import sys
 
 import pytest
 
 import dgl_rsc
+
+from .proc import run as run_cmd
 
 OPTIONAL = {  # modules that import an optional dependency at import time
     "dgl_rsc.backends.cupy_backend": "cupy with a CUDA device",
@@ -45,8 +46,7 @@ PYG = ("dgl_rsc.pyg.convs",)
 def test_docstring_examples_run(name):
     if name in SIMULATED:  # the simulator must be on before Numba is imported: a new process
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-        done = subprocess.run([sys.executable, "-c", _RUN, name], env=env, capture_output=True,
-                              text=True, timeout=600)  # fmt: skip
+        done = run_cmd([sys.executable, "-c", _RUN, name], env=env, timeout=600)
         assert done.returncode == 0, done.stdout + done.stderr
         return
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +34,8 @@ from dgl_rsc.models import build_model
 from dgl_rsc.nn import attach
 from dgl_rsc.quant.rounding import hash_uniform, lowbias32
 from dgl_rsc.spmm import spmm_matrix
+
+from .proc import run as run_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUNDINGS = [pytest.param("nearest", id="nearest"), pytest.param("stochastic", id="stochastic")]
@@ -233,8 +234,7 @@ def test_int8_numba_cuda_kernels_under_simulator():
         pytest.skip("numba is not installed")
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
     script = str(ROOT / "tests" / "int8_cudasim_check.py")
-    proc = subprocess.run([sys.executable, script], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    proc = run_cmd([sys.executable, script], env=env, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, f"checker failed:\n{proc.stdout}\n{proc.stderr}"
     assert "match the torch reference" in proc.stdout
 

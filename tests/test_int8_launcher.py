@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,8 @@ import torch
 
 from dgl_rsc.config import ConfigError
 from dgl_rsc.int8 import int8_layers
+
+from .proc import run as run_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,9 +66,9 @@ def test_cli_trains_in_int8(tmp_path):
     path = tmp_path / "int8.yaml"
     path.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
-    proc = subprocess.run(
+    proc = run_cmd(
         [sys.executable, "-m", "dgl_rsc", "run", str(path), "--out", str(out), "--no-progress"],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        cwd=ROOT, timeout=300,
         env={**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]

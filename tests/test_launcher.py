@@ -21,6 +21,8 @@ from dgl_rsc.launcher.cli import apply_overrides, load_config
 from dgl_rsc.launcher.mb_schema import steps_per_epoch
 from dgl_rsc.launcher.schema import resolve
 
+from .proc import run as run_cmd
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = sorted(glob.glob(os.path.join(REPO, "yaml_configs", "*.yaml")))
 
@@ -49,10 +51,8 @@ def write_config(tmp_path, cfg=None, name="tiny.yaml", **sections) -> str:
 def run_cli(args, env=None, **kw):
     """``python -m dgl_rsc ARGS`` in a subprocess (CI set: no progress bar)."""
     full_env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "dgl_rsc", *args], capture_output=True, text=True,
-        env=full_env, cwd=REPO, timeout=300, **kw,
-    )  # fmt: skip
+    return run_cmd([sys.executable, "-m", "dgl_rsc", *args], env=full_env, cwd=REPO,
+                   timeout=300, **kw)  # fmt: skip
 
 
 KILL_SCRIPT = """\
@@ -73,10 +73,8 @@ def run_killed(run: str, epoch: int, args) -> subprocess.CompletedProcess:
     """``dgl-rsc ARGS`` in a subprocess that exits abruptly (75) after ``epoch`` of ``run``
     (like ``"rsc-seed0"``), through the ``on_epoch_end`` callback."""
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-c", KILL_SCRIPT, run, str(epoch), *args], capture_output=True,
-        text=True, env=env, cwd=REPO, timeout=300,
-    )  # fmt: skip
+    return run_cmd([sys.executable, "-c", KILL_SCRIPT, run, str(epoch), *args], env=env,
+                   cwd=REPO, timeout=300)  # fmt: skip
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -25,6 +25,8 @@ from dgl_rsc.launcher.cli import load_config
 from dgl_rsc.launcher.lock import LOCK, OutputLock
 from dgl_rsc.launcher.outputs import resume_command
 
+from .proc import group as proc_group
+from .proc import run as run_cmd
 from .test_launcher import REPO, run_cli, write_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -299,15 +301,13 @@ def test_the_continue_command_works_when_pasted(tmp_path):
     )  # fmt: skip
     env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1", "CI": "1"}
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(script), "run", cfg, "--out", str(out), "--set",
-                           "train.lr=0.03", "--no-progress"], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    proc = run_cmd([sys.executable, str(script), "run", cfg, "--out", str(out), "--set",
+                    "train.lr=0.03", "--no-progress"], env=env, timeout=300)  # fmt: skip
     assert proc.returncode == 130, proc.stderr[-2000:]
     line = [ln for ln in proc.stderr.splitlines() if "continue with:" in ln][-1]
     words = shlex.split(line.split("continue with:", 1)[1])
     assert words[:3] == ["python", "-m", "dgl_rsc"] and "train.lr=0.03" in words
-    proc = subprocess.run([sys.executable, *words[1:]], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    proc = run_cmd([sys.executable, *words[1:]], env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (out / "results.json").exists()
 
@@ -351,14 +351,8 @@ def test_two_runs_into_one_new_folder(tmp_path, force):
     args = [sys.executable, "-m", "dgl_rsc", "run", cfg, "--out", str(out), "--no-progress"]
     args += ["--force"] if force else []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1", "PYTHONPATH": REPO}
-    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=REPO) for _ in range(2)]  # fmt: skip
-    try:
-        results = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
-    finally:  # neither run outlives the test, also on a timeout
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    with proc_group(args, env=env, cwd=REPO) as one, proc_group(args, env=env, cwd=REPO) as two:
+        results = [p.communicate(timeout=300) + (p.returncode,) for p in (one, two)]
     codes = sorted(r[2] for r in results)
     for _, err, _ in results:
         assert "FileNotFoundError" not in err and "Traceback" not in err

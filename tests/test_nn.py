@@ -2,7 +2,6 @@
 errors. Parity with DGL over the grid of options is in test_conformance.py."""
 
 import pickle
-import subprocess
 import sys
 import warnings
 
@@ -13,6 +12,7 @@ import dgl_rsc.nn as rnn
 from dgl_rsc.graph import Graph
 
 from .conftest import requires_dgl
+from .proc import run as run_cmd
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -289,7 +289,7 @@ def test_layer_errors_need_no_dgl():
         "    assert type(exc) is rnn.RSCLayerError, type(exc).__mro__\n"
         "    print('ok', type(exc).__name__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = run_cmd([sys.executable, "-c", code], timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok RSCLayerError", out.stderr
 
 

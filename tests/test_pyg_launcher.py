@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -16,6 +15,8 @@ from dgl_rsc.config import ConfigError
 from dgl_rsc.engines import get_engine
 from dgl_rsc.launcher.cli import load_config
 from dgl_rsc.launcher.schema import resolve
+
+from .proc import run as run_cmd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.path.join(REPO, "yaml_configs", "quickstart_pyg.yaml")
@@ -83,8 +84,7 @@ def test_pyg_models_match_the_stock_pyg_models(name):
 
 def run_cli(*args):
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    return subprocess.run([sys.executable, "-m", "dgl_rsc", *args], capture_output=True,
-                          text=True, env=env, cwd=REPO, timeout=600)  # fmt: skip
+    return run_cmd([sys.executable, "-m", "dgl_rsc", *args], env=env, cwd=REPO, timeout=600)
 
 
 @pytest.mark.pyg

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from dgl_rsc.launcher.tta import first_crossing
 
 from .conftest import requires_dgl
+from .proc import run as run_cmd
 from .test_launcher import REPO, write_config
 
 TOOLS = os.path.join(REPO, "tools")
@@ -20,9 +20,8 @@ TOOLS = os.path.join(REPO, "tools")
 
 def _tool(name, *args):
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
-    done = subprocess.run([sys.executable, os.path.join(TOOLS, name), *args],
-                          capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=600)  # fmt: skip
+    done = run_cmd([sys.executable, os.path.join(TOOLS, name), *args], env=env, cwd=REPO,
+                   timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
