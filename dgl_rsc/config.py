@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Any, Mapping, Optional, Union
 
+from .names import did_you_mean
 from .sampling.rules import RULES as _RULES
 
 __all__ = [
@@ -34,8 +34,7 @@ class ConfigError(ValueError):
 def unknown_key_message(key: str, allowed, where: str = "") -> str:
     """Message for an unknown key: lists the allowed keys and the nearest match."""
     allowed = sorted(allowed)
-    near = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" Did you mean '{near[0]}'?" if near else ""
+    hint = did_you_mean(key, allowed)
     place = f" in {where}" if where else ""
     return f"unknown key '{key}'{place}.{hint} Allowed keys: {', '.join(allowed)}."
 
@@ -212,6 +211,5 @@ def _check_number(cfg, key, kind, lo=None, hi=None, lo_open=False):
 def _check_choice(cfg, key, choices):
     value = getattr(cfg, key)
     if value not in choices:
-        near = difflib.get_close_matches(str(value), choices, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
+        hint = did_you_mean(str(value), choices)
         raise ConfigError(f"RSCConfig.{key}={value!r} is not one of {', '.join(choices)}.{hint}")

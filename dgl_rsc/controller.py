@@ -6,7 +6,7 @@ by attachment (:func:`dgl_rsc.nn.attach` gives each drop-in conv its own slots).
 :meth:`RSCController.step` once per optimizer step, like an LR scheduler.
 
 State flows one way: the controller reads the layers' running scores to solve the budget and
-keeps the allocation itself; each product gets an immutable :class:`~dgl_rsc.slot.StepInfo`
+keeps the allocation itself; each product gets an immutable :class:`~dgl_rsc.step_info.StepInfo`
 (phase, cache period, allocation) through a :class:`~dgl_rsc.slot.LayerSlot`.
 """
 
@@ -20,8 +20,9 @@ from .guard import Guard
 from .layer_state import LayerState
 from .sampling import get_rule, selection_key
 from .sampling.error import fraction_for_error
-from .slot import LayerSlot, StepInfo
+from .slot import LayerSlot
 from .solver import LayerProblem, allocate
+from .step_info import StepInfo
 from .structure_cache import StructureCache
 from .user_warnings import warn_user
 

@@ -1,4 +1,6 @@
-"""Conversions from DGL objects to :class:`~dgl_rsc.CSR` (imports DGL lazily).
+"""Conversions from DGL objects to :class:`~dgl_rsc.CSR` (imports DGL lazily), and
+:func:`message_structure`, the one function that turns either a :class:`~dgl_rsc.graph.Graph`
+or a ``DGLGraph`` into the message-passing adjacency.
 
 The adjacency used for message passing is ``A`` of shape ``(num_dst, num_src)`` with
 ``A[v, u] = w_e`` for an edge ``e = (u -> v)``: ``update_all(copy_u, sum)`` is ``A @ X``.
@@ -10,7 +12,9 @@ from typing import Optional
 
 import torch
 
+from . import _deps
 from .csr import CSR
+from .graph import Graph, csr_by_destination
 from .structure_cache import StructureCache
 
 __all__ = [
@@ -19,6 +23,7 @@ __all__ = [
     "csr_from_graph",
     "has_in_csr",
     "message_structure_of_dgl",
+    "message_structure",
 ]
 
 
@@ -72,7 +77,7 @@ def has_in_csr(gidx) -> bool:
 
 def message_structure_of_dgl(g, cache: Optional[StructureCache] = None):
     """``(A (N_dst, N_src), eids (nnz,) int64 or None)`` of a ``DGLGraph`` with one edge type
-    (see :func:`dgl_rsc.graph.message_structure`). A graph without an in-edge CSR is read
+    (see :func:`message_structure`). A graph without an in-edge CSR is read
     from its edges, in edge-id order (the order of DGL's COO kernel on one thread)."""
     if len(g.canonical_etypes) != 1:
         raise ValueError(
@@ -80,8 +85,6 @@ def message_structure_of_dgl(g, cache: Optional[StructureCache] = None):
             f"{g.canonical_etypes}. Use dgl.to_homogeneous(g) or dgl.nn.HeteroGraphConv."
         )
     if not has_in_csr(g._graph):
-        from .graph import csr_by_destination
-
         def build():
             src, dst = g.edges(order="eid")
             return csr_by_destination(src, dst, g.num_src_nodes(), g.num_dst_nodes())
@@ -98,3 +101,13 @@ def csr_from_graph(g, edge_weight: Optional[torch.Tensor] = None, cache=None) ->
         return base
     w = edge_weight.reshape(-1)
     return base.with_values(w if eids is None else w[eids.long()])
+
+
+def message_structure(graph, cache: Optional[StructureCache] = None):
+    """``(A, eids)``: the unweighted message-passing adjacency ``A (N_dst, N_src)`` of a
+    ``Graph`` or of a ``DGLGraph`` with one edge type (blocks and bipartite graphs included),
+    and ``eids (nnz,)`` int64, the edge id of each stored entry (``None`` when identity)."""
+    if isinstance(graph, Graph):
+        return graph.adj, graph.edge_ids()
+    _deps.require_dgl()
+    return message_structure_of_dgl(graph, cache)

@@ -23,11 +23,11 @@ its comparison baseline is ``pyg_stock`` (:attr:`Engine.baseline`).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 from types import SimpleNamespace
 
 from . import _deps
+from .names import did_you_mean
 
 __all__ = ["Engine", "ENGINES", "get_engine", "conv_classes"]
 
@@ -104,8 +104,7 @@ ENGINES: dict[str, Engine] = {
 def get_engine(name: str) -> Engine:
     """The registered engine ``name``; a ``ValueError`` names the nearest known one."""
     if name not in ENGINES:
-        near = difflib.get_close_matches(str(name), ENGINES, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
+        hint = did_you_mean(str(name), ENGINES)
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {name!r}.{hint}")
     return ENGINES[name]
 

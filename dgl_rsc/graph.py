@@ -1,6 +1,6 @@
-"""``Graph``: a DGL-free homogeneous graph for the drop-in layers, and the one function that
-turns either a ``Graph`` or a ``DGLGraph`` into the message-passing adjacency
-(:func:`message_structure`).
+"""``Graph``: a DGL-free homogeneous graph for the drop-in layers
+(:func:`dgl_rsc.dgl_interop.message_structure` turns it, or a ``DGLGraph``, into the
+message-passing adjacency).
 
 Messages flow ``src -> dst``; the adjacency is ``A (num_nodes, num_nodes)`` with
 ``A[v, u] = w_e`` for each edge ``e = (u -> v)``. Method names follow ``DGLGraph`` so that a
@@ -9,14 +9,14 @@ layer can call ``graph.in_degrees()`` on either kind.
 
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import torch
 
 from .csr import CSR
-from .structure_cache import StructureCache
 
-__all__ = ["Graph", "csr_by_destination", "message_structure"]
+__all__ = ["Graph", "check_edges", "csr_by_destination"]
 
 
 def csr_by_destination(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
@@ -36,6 +36,29 @@ def csr_by_destination(src: torch.Tensor, dst: torch.Tensor, num_src: int, num_d
     indptr = torch.zeros(num_dst + 1, dtype=torch.long, device=dst.device)
     torch.cumsum(counts, 0, out=indptr[1:])
     return CSR(indptr, src[eids], None, (num_dst, num_src)), eids
+
+
+def check_edges(src, dst, num_nodes) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Validated ``(src, dst, N)`` of an edge list handed in by a user: ``(E,)`` int64 CPU
+    tensors of equal length with ids in ``[0, N)``, or a ``ValueError`` that says which."""
+    src, dst = torch.as_tensor(src), torch.as_tensor(dst)
+    for name, t in (("src", src), ("dst", dst)):
+        if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor, got {t.dtype} {tuple(t.shape)}."
+            )
+    if src.numel() != dst.numel():
+        raise ValueError(f"src has {src.numel()} edges but dst has {dst.numel()}; pass pairs.")
+    try:
+        n = -1 if isinstance(num_nodes, bool) else operator.index(num_nodes)
+    except TypeError:
+        n = -1
+    if n < 1:
+        raise ValueError(f"num_nodes must be an integer >= 1, got {num_nodes!r}.")
+    src, dst = src.to("cpu", torch.int64), dst.to("cpu", torch.int64)
+    if src.numel() and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise ValueError(f"node ids must lie in [0, num_nodes={n}); raise num_nodes or fix ids.")
+    return src, dst, n
 
 
 class Graph:
@@ -143,17 +166,3 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph(num_nodes={self._n}, num_edges={self.num_edges()}, device={self.device})"
-
-
-def message_structure(graph, cache: Optional[StructureCache] = None):
-    """``(A, eids)``: the unweighted message-passing adjacency ``A (N_dst, N_src)`` of a
-    ``Graph`` or of a ``DGLGraph`` with one edge type (blocks and bipartite graphs included),
-    and ``eids (nnz,)`` int64, the edge id of each stored entry (``None`` when identity)."""
-    if isinstance(graph, Graph):
-        return graph.adj, graph.edge_ids()
-    from . import _deps
-
-    _deps.require_dgl()
-    from .dgl_interop import message_structure_of_dgl
-
-    return message_structure_of_dgl(graph, cache)

@@ -1,7 +1,7 @@
 """``LayerState``: one approximated product's running scores, cached sample and generator.
 
 A state knows nothing of the controller that owns it: each backward gets a
-:class:`~dgl_rsc.slot.StepInfo` (phase, cache period, allocation, config) through a
+:class:`~dgl_rsc.step_info.StepInfo` (phase, cache period, allocation, config) through a
 :class:`~dgl_rsc.slot.LayerSlot`, and the controller only reads the states (running scores
 and row counts) to solve the budget. So a state can be built and tested alone.
 """
@@ -20,7 +20,7 @@ from .sampling.error import ErrorCurve, error_curve
 from .stats import LayerStats, Timer
 
 if TYPE_CHECKING:
-    from .slot import StepInfo
+    from .step_info import StepInfo
 
 __all__ = ["LayerState"]
 

@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import inspect
 
 import torch
@@ -25,6 +24,7 @@ from torch import nn
 
 from .config import ConfigError, unknown_key_message
 from .engines import conv_classes
+from .names import did_you_mean
 
 __all__ = ["GCN", "SAGE", "GCNII", "ResGCN", "MODELS", "build_model", "model_params"]
 
@@ -248,8 +248,7 @@ def model_params(name: str) -> dict:
 
 def _model_class(name: str):
     if not isinstance(name, str) or name not in MODELS:
-        near = difflib.get_close_matches(str(name), MODELS, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
+        hint = did_you_mean(str(name), MODELS)
         raise ConfigError(f"unknown model '{name}'.{hint} Known models: {', '.join(MODELS)}.")
     return MODELS[name]
 

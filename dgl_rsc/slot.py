@@ -11,42 +11,16 @@ records the statistics.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional
-
 import torch
 
 from .backends import resolve
-from .config import RSCConfig
 from .csr import CSR
 from .layer_state import LayerState
 from .products import NO_SCALES, Scales, csr_t_mm
 from .sampling import apply_scale, propagate_nonfinite, sample_product
+from .step_info import PHASES, StepInfo
 
 __all__ = ["StepInfo", "LayerSlot", "PHASES"]
-
-PHASES = ("warmup", "approx", "exact")
-
-
-@dataclasses.dataclass(frozen=True)
-class StepInfo:
-    """What a product needs to know of its step.
-
-    Attributes:
-        phase: ``"warmup"`` (exact, recording scores), ``"approx"`` or ``"exact"``.
-        alloc_version: bumps when the budget is re-allocated (cached samples are redrawn).
-        allocation: ``(non-zeros, generation)`` the solver gave this product, solved from the
-            scores of the state's ``generation``; ``None`` before the first solve.
-        config: the run's :class:`~dgl_rsc.RSCConfig`.
-        probe: estimate the product's error curve this step (a tune follows it).
-    """
-
-    phase: str
-    alloc_version: int
-    allocation: Optional[tuple]
-    config: RSCConfig
-    probe: bool = False
-
 
 class LayerSlot:
     """A layer's state bound to one step: what the autograd function's backward calls."""

@@ -14,7 +14,7 @@ import torch
 
 from dgl_rsc import _deps
 from dgl_rsc.minibatch import batch as batch_module
-from dgl_rsc.minibatch import samplers
+from dgl_rsc.minibatch import saint_loader, samplers
 from dgl_rsc.minibatch.batch import (
     SubgraphBatch,
     count_inclusions,
@@ -257,11 +257,11 @@ def test_cdf_draws_follow_the_weights(monkeypatch, one_thread):
     """The draws that replace ``torch.multinomial`` past its 2**24 categories."""
     weights = torch.tensor([0.0, 1.0, 3.0, 0.0, 4.0])
     gen = torch.Generator().manual_seed(0)
-    draws = samplers._from_cdf(torch.cumsum(weights.double(), 0), 40000, gen)
+    draws = saint_loader._from_cdf(torch.cumsum(weights.double(), 0), 40000, gen)
     freq = torch.bincount(draws, minlength=5).double() / 40000
     torch.testing.assert_close(freq, weights.double() / 8, atol=0.01, rtol=0)
     assert freq[0] == freq[3] == 0
-    monkeypatch.setattr(samplers, "_MULTINOMIAL_MAX", 4)  # take that path on a small graph
+    monkeypatch.setattr(saint_loader, "_MULTINOMIAL_MAX", 4)  # take that path on a small graph
     src, dst = torch.tensor([0, 0, 0, 1]), torch.tensor([1, 2, 3, 2])
     loader = SaintLoader(src, dst, 5, "node", 2, batches_per_epoch=400, normalize=False)
     count, _, _ = count_inclusions(loader.epoch(0), 5, 4)
@@ -485,7 +485,7 @@ def test_partition_cache_is_reused_and_a_wrong_entry_recomputed(graph, tmp_path,
     assert torch.equal(fixed.layout.offsets, first.layout.offsets)
 
 
-@pytest.mark.parametrize("module", [batch_module, samplers], ids=["batch", "samplers"])
+@pytest.mark.parametrize("module", [batch_module, saint_loader], ids=["batch", "saint_loader"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, extraglobs={"torch": torch})
     assert result.attempted > 0 and result.failed == 0

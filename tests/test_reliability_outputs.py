@@ -13,7 +13,7 @@ import stat
 
 import pytest
 
-from dgl_rsc.launcher import cli, train
+from dgl_rsc.launcher import cli, prepare, train
 from dgl_rsc.launcher.checkpoint import (
     LOCK,
     MANIFEST,
@@ -315,7 +315,7 @@ def test_interrupt_before_training_exits_130_without_a_traceback(tmp_path, monke
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "prepare", interrupted)
+    monkeypatch.setattr(prepare, "prepare", interrupted)
     assert (
         cli.main(["run", write_config(tmp_path, train=FAST), "--out", str(tmp_path / "o")]) == 130
     )

@@ -86,6 +86,6 @@ def machine(device) -> dict:
 def write_json(path, data):
     """Atomic write (the launcher's: a temp file beside ``path``, then a rename); the file's
     permissions follow the umask."""
-    from dgl_rsc.launcher.checkpoint import atomic_write_text
+    from dgl_rsc.atomic import atomic_write_text
 
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")

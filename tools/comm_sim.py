@@ -41,9 +41,9 @@ import time
 
 import torch
 
+from dgl_rsc.atomic import atomic_write, atomic_write_text
 from dgl_rsc.distributed.halo import halo_rows
 from dgl_rsc.distributed.partition import PARTITIONERS, load_or_partition
-from dgl_rsc.launcher.checkpoint import atomic_write, atomic_write_text
 
 TOOL = "dgl_rsc tools/comm_sim.py"  # marks the JSON and PNG files this tool writes
 BYTES = 4  # fp32

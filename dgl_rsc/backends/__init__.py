@@ -10,7 +10,6 @@ device rules.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 from types import ModuleType
 from typing import Callable
@@ -18,6 +17,7 @@ from typing import Callable
 import torch
 
 from .. import _deps
+from ..names import did_you_mean
 from .protocol import SamplingBackend
 
 __all__ = ["BACKENDS", "Backend", "SamplingBackend", "resolve", "resolve_int8"]
@@ -84,8 +84,7 @@ def _pick(name: str, device) -> Backend:
                 continue
             return BACKENDS[cand]
     if name not in BACKENDS:
-        near = difflib.get_close_matches(str(name), BACKENDS, n=1)
-        hint = f" Did you mean '{near[0]}'?" if near else ""
+        hint = did_you_mean(str(name), BACKENDS)
         known = ", ".join(["auto", *BACKENDS])
         raise ValueError(f"unknown backend {name!r}; choose one of {known}.{hint}")
     spec = BACKENDS[name]

@@ -13,11 +13,11 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import functools
 import inspect
 from typing import Callable, Optional
 
+from ..names import did_you_mean
 from .dgl_datasets import load_dgl_dataset
 from .graphdata import METRICS, TASKS, GraphData, clean_edges
 from .metrics import evaluate
@@ -72,16 +72,14 @@ def load_dataset(name: str, root: Optional[str] = None, device="cpu", **params) 
         FileNotFoundError: the dataset's files are not on disk.
     """
     if name not in DATASETS:
-        near = difflib.get_close_matches(str(name), DATASETS, n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
+        hint = did_you_mean(str(name), DATASETS)
         raise ValueError(f"unknown dataset {name!r}.{hint} Known: {', '.join(DATASETS)}.")
     loader = DATASETS[name]
     accepted = inspect.signature(loader).parameters
     allowed = [p for p in accepted if p not in _LOADER_ARGS]
     for key in params:
         if key not in allowed:
-            near = difflib.get_close_matches(key, allowed, n=1)
-            hint = f" Did you mean {near[0]!r}?" if near else ""
+            hint = did_you_mean(key, allowed)
             raise ValueError(
                 f"dataset {name!r} has no parameter {key!r}.{hint} Allowed: "
                 f"{', '.join(allowed) or '(none)'}."

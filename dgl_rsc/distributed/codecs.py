@@ -19,18 +19,46 @@ histogram) and the relative error of the decoded messages, measured when widths 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 
 from . import quant
 from .bitwidth import CostModel, GroupStats, solve
-from .exchange import RawCodec
 
-__all__ = ["QuantCodec", "BitPolicy", "codec_for", "DEFAULT_COST"]
+__all__ = ["Codec", "RawCodec", "QuantCodec", "BitPolicy", "codec_for", "DEFAULT_COST"]
 
 #: used when no measured model is given: 50 us per message, 1 GB/s (gloo over loopback)
 DEFAULT_COST = CostModel(alpha=5e-5, beta=1e-9)
+
+
+class Codec(Protocol):
+    """Turns rows into bytes and back. ``encode(rows (R, D)) -> uint8 payload``;
+    ``decode(payload, R, D, dtype) -> (R, D)``; ``nbytes(R, D)``: the payload's size."""
+
+    def encode(self, rows: torch.Tensor) -> torch.Tensor: ...
+
+    def decode(self, payload: torch.Tensor, n_rows: int, width: int, dtype) -> torch.Tensor: ...
+
+    def nbytes(self, n_rows: int, width: int) -> int: ...
+
+
+class RawCodec:
+    """No compression: float32 rows as bytes (other dtypes travel in their own width)."""
+
+    bits = 32
+
+    def __init__(self, dtype: torch.dtype = torch.float32):
+        self.dtype = dtype
+
+    def encode(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.to(self.dtype).contiguous().view(torch.uint8).reshape(-1)
+
+    def decode(self, payload: torch.Tensor, n_rows: int, width: int, dtype) -> torch.Tensor:
+        return payload.view(self.dtype).reshape(n_rows, width).to(dtype)
+
+    def nbytes(self, n_rows: int, width: int) -> int:
+        return n_rows * width * torch.empty((), dtype=self.dtype).element_size()
 
 
 class QuantCodec:

@@ -19,44 +19,16 @@ Every message is counted in the context's :class:`~dgl_rsc.distributed.runtime.B
 from __future__ import annotations
 
 import time
-from typing import Optional, Protocol
+from typing import Optional
 
 import torch
 import torch.distributed as dist
 
+from .codecs import BitPolicy, Codec, RawCodec, codec_for
 from .halo import LocalPartition
 from .runtime import DistContext, wait_all
 
-__all__ = ["Codec", "RawCodec", "HaloExchange"]
-
-
-class Codec(Protocol):
-    """Turns rows into bytes and back. ``encode(rows (R, D)) -> uint8 payload``;
-    ``decode(payload, R, D, dtype) -> (R, D)``; ``nbytes(R, D)``: the payload's size."""
-
-    def encode(self, rows: torch.Tensor) -> torch.Tensor: ...
-
-    def decode(self, payload: torch.Tensor, n_rows: int, width: int, dtype) -> torch.Tensor: ...
-
-    def nbytes(self, n_rows: int, width: int) -> int: ...
-
-
-class RawCodec:
-    """No compression: float32 rows as bytes (other dtypes travel in their own width)."""
-
-    bits = 32
-
-    def __init__(self, dtype: torch.dtype = torch.float32):
-        self.dtype = dtype
-
-    def encode(self, rows: torch.Tensor) -> torch.Tensor:
-        return rows.to(self.dtype).contiguous().view(torch.uint8).reshape(-1)
-
-    def decode(self, payload: torch.Tensor, n_rows: int, width: int, dtype) -> torch.Tensor:
-        return payload.view(self.dtype).reshape(n_rows, width).to(dtype)
-
-    def nbytes(self, n_rows: int, width: int) -> int:
-        return n_rows * width * torch.empty((), dtype=self.dtype).element_size()
+__all__ = ["Codec", "RawCodec", "HaloExchange"]  # the codecs live in .codecs
 
 
 class HaloExchange:
@@ -79,8 +51,6 @@ class HaloExchange:
 
     def __init__(self, part: LocalPartition, ctx: DistContext, forward_policy=None,
                  backward_policy=None):  # fmt: skip
-        from .codecs import BitPolicy
-
         self.part, self.ctx = part, ctx
         self.forward_policy = forward_policy or BitPolicy(32)
         self.backward_policy = backward_policy or BitPolicy(32)
@@ -115,8 +85,6 @@ class HaloExchange:
 
         Training messages travel at the forward policy's widths (adaptive widths are told to
         the receivers first); evaluation messages (``kind="eval_halo"``) in 32 bits."""
-        from .codecs import codec_for
-
         t0 = time.perf_counter()
         width, dev = x_own.shape[1], x_own.device
         out_rows = {q: x_own[self.send_idx[q]] for q in self.peers if self.send_idx[q].numel()}
@@ -188,8 +156,6 @@ class HaloExchange:
         others send back to ``g_own (n_own, D)`` (in place); rows that are all zero stay
         home. A first round tells each owner how many rows follow and at which width.
         Returns ``g_own``."""
-        from .codecs import codec_for
-
         t0 = time.perf_counter()
         width, dev, policy = g_halo.shape[1], g_own.device, self.backward_policy
         outgoing = {}

@@ -26,7 +26,8 @@ from typing import Optional
 
 import torch
 
-from .partition import _edges, part_vector
+from ..graph import check_edges
+from .partition import part_vector
 
 __all__ = ["LocalPartition", "build_local", "all_local", "halo_rows"]
 
@@ -189,7 +190,7 @@ def build_local(
         A :class:`LocalPartition`. Costs ``O(E)`` time: to build every rank's plan, use
         :func:`all_local`, which sorts the edges once.
     """
-    src, dst, n = _edges(src, dst, num_nodes)
+    src, dst, n = check_edges(src, dst, num_nodes)
     part, p = part_vector(part, n, parts)
     if not 0 <= int(rank) < p:
         raise ValueError(f"rank={rank} must lie in [0, {p}) for a partition into {p} parts.")
@@ -212,7 +213,7 @@ def all_local(src, dst, num_nodes: int, part, parts: Optional[int] = None) -> li
         >>> [(lp.owned.tolist(), lp.halo.tolist(), lp.send_counts) for lp in plans]
         [([1, 0], [3], [0, 1]), ([3, 2], [1], [1, 0])]
     """
-    src, dst, n = _edges(src, dst, num_nodes)
+    src, dst, n = check_edges(src, dst, num_nodes)
     part, p = part_vector(part, n, parts)
     ps, pd = part[src], part[dst]
     by_dst = torch.sort(pd, stable=True).indices.split(torch.bincount(pd, minlength=p).tolist())
@@ -252,7 +253,7 @@ def halo_rows(
         >>> halo_rows(src, dst, 4, torch.tensor([0, 0, 1, 1])).tolist()
         [[0, 1], [1, 0]]
     """
-    src, dst, n = _edges(src, dst, num_nodes)
+    src, dst, n = check_edges(src, dst, num_nodes)
     part, p = part_vector(part, n, parts)
     keep = part[src] != part[dst]
     if rows is not None:

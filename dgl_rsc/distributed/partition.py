@@ -9,7 +9,6 @@ method of :data:`PARTITIONERS`, :func:`partition_quality` measures it, and
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import logging
@@ -23,30 +22,13 @@ import numpy as np
 import torch
 
 from .. import _deps
-from ..launcher.checkpoint import atomic_write, atomic_write_text
+from ..atomic import atomic_write, atomic_write_text
+from ..graph import check_edges
+from ..names import did_you_mean
 
 __all__ = ["PARTITIONERS", "partition_nodes", "partition_quality", "load_or_partition"]
 
 log = logging.getLogger(__name__)
-
-
-def _edges(src, dst, num_nodes) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """Validated ``(src, dst, N)``: 1-D int64 CPU tensors of equal length, ids in ``[0, N)``."""
-    src, dst = torch.as_tensor(src), torch.as_tensor(dst)
-    for name, t in (("src", src), ("dst", dst)):
-        if t.dim() != 1 or t.is_floating_point() or t.dtype == torch.bool:
-            raise ValueError(
-                f"{name} must be a 1-D integer tensor, got {t.dtype} {tuple(t.shape)}."
-            )
-    if src.numel() != dst.numel():
-        raise ValueError(f"src has {src.numel()} edges but dst has {dst.numel()}; pass pairs.")
-    n = int(num_nodes)
-    if n < 1:
-        raise ValueError(f"num_nodes={num_nodes} must be at least 1.")
-    src, dst = src.to("cpu", torch.int64), dst.to("cpu", torch.int64)
-    if src.numel() and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-        raise ValueError(f"node ids must lie in [0, num_nodes={n}); raise num_nodes or fix ids.")
-    return src, dst, n
 
 
 def part_vector(
@@ -77,8 +59,7 @@ def _is_int(x) -> bool:
 
 def _check_args(n: int, parts, method, seed) -> None:
     if method not in PARTITIONERS:
-        near = difflib.get_close_matches(str(method), PARTITIONERS, n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
+        hint = did_you_mean(str(method), PARTITIONERS)
         raise ValueError(f"unknown method={method!r}.{hint} Known: {', '.join(PARTITIONERS)}.")
     if not _is_int(parts) or not 1 <= parts <= n:
         raise ValueError(
@@ -168,7 +149,7 @@ def partition_nodes(
         >>> partition_nodes(src, dst, 5, 2, method="contiguous").tolist()
         [0, 0, 0, 1, 1]
     """
-    src, dst, n = _edges(src, dst, num_nodes)
+    src, dst, n = check_edges(src, dst, num_nodes)
     _check_args(n, parts, method, seed)
     part = PARTITIONERS[method](src, dst, n, int(parts), int(seed)).to(torch.int64)
     sizes = torch.bincount(part, minlength=int(parts))
@@ -208,7 +189,7 @@ def partition_quality(src, dst, num_nodes: int, part, parts: Optional[int] = Non
         >>> q["edges"], q["edge_cut"], q["halo_nodes"], q["marginal"], q["central"]
         ([1, 1], 1, [0, 1], [0, 1], [2, 0])
     """
-    src, dst, n = _edges(src, dst, num_nodes)
+    src, dst, n = check_edges(src, dst, num_nodes)
     part, p = part_vector(part, n, parts)
     cut = part[src] != part[dst]
     nodes = torch.bincount(part, minlength=p)
@@ -319,7 +300,7 @@ def load_or_partition(
     Returns:
         ``(part (N,) int64, quality dict, path of the .npz or None)``.
     """
-    src, dst, n = _edges(src, dst, num_nodes)
+    src, dst, n = check_edges(src, dst, num_nodes)
     _check_args(n, parts, method, seed)
     if cache_dir is None:
         part = partition_nodes(src, dst, n, parts, method, seed)

@@ -54,12 +54,12 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import struct
-from typing import Optional, Protocol, Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from .. import _deps
-from .quant_ref import HUGE, RESERVED, TORCH_KERNELS
+from .quant_ref import HUGE, QUANT_BITS, RESERVED, TORCH_KERNELS, CodecKernels
 from .quant_ref import row_ranges as _row_ranges
 
 __all__ = [
@@ -84,27 +84,12 @@ __all__ = [
 ]
 
 BITS = (2, 4, 8, 16, 32)
-QUANT_BITS = (2, 4, 8)
 BACKENDS = ("auto", "torch", "cupy", "numba")
 HEADER_BYTES = 16
 ALIGN = 16
 _MAGIC, _VERSION = b"QZ", 1
 _HEADER = struct.Struct("<2sBBIIHH")
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-class CodecKernels(Protocol):
-    """What a backend provides: the torch reference here, ``quant_cupy``, ``quant_numba``.
-
-    ``x (R, D)`` contiguous (any of the four float dtypes), ``u (R, D)`` float32; outputs are
-    contiguous views into the payload: ``meta (R, 2)`` int16, ``codes (R, ceil(D b / 8))``
-    uint8, bf16 patterns ``(R, D)`` int16, decoded ``out (R, D)`` float32.
-    """
-
-    def encode_quant(self, x, u, bits: int, meta, codes) -> None: ...
-    def decode_quant(self, meta, codes, bits: int, out) -> None: ...
-    def encode_bf16(self, x, u, out) -> None: ...
-    def decode_bf16(self, src, out) -> None: ...
 
 
 # -- sizes and layout ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """CuPy launcher of the message codec kernels (``cuda/quant_kernels.cu``).
 
-The functions of :class:`dgl_rsc.distributed.quant.CodecKernels` on CUDA torch tensors. The
+The functions of :class:`dgl_rsc.distributed.quant_ref.CodecKernels` on CUDA torch tensors. The
 module is compiled once per device by ``cupy.RawModule``; the bit width and the reserved code
 count are template arguments and ``quant.HUGE`` a kernel argument (one source for every
 constant); kernels run on torch's current stream and read and write torch's memory through
@@ -17,7 +17,7 @@ import torch
 
 from .. import _deps
 from ..backends import _cuda_source
-from .quant import HUGE, QUANT_BITS, RESERVED
+from .quant_ref import HUGE, QUANT_BITS, RESERVED
 
 __all__ = [
     "encode_quant",

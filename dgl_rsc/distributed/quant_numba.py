@@ -1,4 +1,4 @@
-"""Numba-CUDA kernels of the message codec (the functions of ``quant.CodecKernels``).
+"""Numba-CUDA kernels of the message codec (the functions of ``quant_ref.CodecKernels``).
 
 On a GPU the functions take CUDA torch tensors (zero-copy, kernels on torch's current stream);
 under Numba's simulator (``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported) they take CPU
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .. import _deps
-from .quant import HUGE, RESERVED
+from .quant_ref import HUGE, RESERVED
 
 cuda = _deps.require_numba_cuda()
 

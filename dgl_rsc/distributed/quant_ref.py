@@ -6,16 +6,32 @@ against bit for bit. Vectorized over rows; the random numbers ``u`` come from th
 from __future__ import annotations
 
 import types
+from typing import Protocol
 
 import torch
 
 from ..quant.rounding import bf16_grid as _bf16_grid
 from ..quant.rounding import bf16_scale_up
 
-__all__ = ["HUGE", "RESERVED", "TORCH_KERNELS", "row_ranges"]
+__all__ = ["HUGE", "QUANT_BITS", "RESERVED", "CodecKernels", "TORCH_KERNELS", "row_ranges"]
 
 HUGE = 2.0**126  #: larger magnitudes (and inf, NaN) make a row special in 2/4/8-bit mode
 RESERVED = {2: 1, 4: 3, 8: 3}  #: top codes of a special row: NaN, +inf, -inf (2 bits: NaN)
+QUANT_BITS = (2, 4, 8)  #: the widths that quantize (16 is bf16, 32 raw)
+
+
+class CodecKernels(Protocol):
+    """What a codec backend provides: :data:`TORCH_KERNELS`, ``quant_cupy``, ``quant_numba``.
+
+    ``x (R, D)`` contiguous (any of the four float dtypes), ``u (R, D)`` float32; outputs are
+    contiguous views into the payload: ``meta (R, 2)`` int16, ``codes (R, ceil(D b / 8))``
+    uint8, bf16 patterns ``(R, D)`` int16, decoded ``out (R, D)`` float32.
+    """
+
+    def encode_quant(self, x, u, bits: int, meta, codes) -> None: ...
+    def decode_quant(self, meta, codes, bits: int, out) -> None: ...
+    def encode_bf16(self, x, u, out) -> None: ...
+    def decode_bf16(self, src, out) -> None: ...
 
 
 def _row_frame(x: torch.Tensor):

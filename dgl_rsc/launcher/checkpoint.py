@@ -1,7 +1,5 @@
-"""Atomic file writes, the output directory's manifest, and checkpoints of one training run.
-
-Writes go to a temporary file next to the target (``.dgl-rsc-tmp-<16 hex>-<name>``, created
-with mode ``0o666`` so that the umask applies, as for any new file) and are renamed over it.
+"""The output directory's manifest, and checkpoints of one training run. Every file is
+written atomically (:mod:`dgl_rsc.atomic`).
 
 Every file a run writes into its output directory is listed, before it is written, in the
 directory's manifest ``.dgl-rsc-manifest.json``. ``--force`` removes only what the manifest
@@ -18,16 +16,16 @@ without running any of its code.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import random
 import re
-import secrets
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
+
+from ..atomic import TMP_PREFIX, OutputWriteError, atomic_write, atomic_write_text
 
 __all__ = [
     "MANIFEST",
@@ -48,7 +46,6 @@ __all__ = [
 
 MANIFEST = ".dgl-rsc-manifest.json"
 LOCK = ".dgl-rsc-lock"  # the output directory's lock (dgl_rsc.launcher.lock)
-TMP_PREFIX = ".dgl-rsc-tmp-"
 #: the relative paths a manifest may list: the launcher's own outputs, nothing else
 OUTPUTS = re.compile(
     r"(config\.yaml|run\.json|results\.json|metrics\.csv|summary\.png|table\.txt"
@@ -57,57 +54,6 @@ OUTPUTS = re.compile(
 _TEMP = re.compile(re.escape(TMP_PREFIX) + r"[0-9a-f]{16}-[\w.-]+")
 _SUBDIRS = ("runs", "checkpoints")
 _KEYS = ("format", "epoch", "model", "optimizer", "controller", "scaler", "rng", "extra")
-
-
-def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> None:
-    """Call ``write(file)`` on a temporary file next to ``path``, then rename it over
-    ``path`` (``os.replace``): readers see the old file or the new one, never a torn one.
-    The new file's permissions follow the umask (``0o666 & ~umask``)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    while True:
-        tmp = os.path.join(folder, f"{TMP_PREFIX}{secrets.token_hex(8)}-{os.path.basename(path)}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, OutputWriteError):
-            raise OutputWriteError(path, exc) from None
-        raise
-
-
-class OutputWriteError(OSError):
-    """Writing an output failed (a full disk, a quota, an I/O error); the target is as it was
-    before (the temporary file is removed). The message is one line naming the path."""
-
-    def __init__(self, path: str, cause: OSError):
-        code = errno.errorcode.get(cause.errno, "") if cause.errno else ""
-        reason = cause.strerror or str(cause) or type(cause).__name__
-        super().__init__(
-            cause.errno,
-            f"cannot write {path}: {reason}{f' ({code})' if code else ''}; it was left as it "
-            "was (no half-written file). Free space there or choose another --out, then run "
-            "again (--resume continues from the last checkpoint).",
-        )
-        self.path = path
-
-    def __str__(self) -> str:
-        return self.strerror
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """:func:`atomic_write` of a UTF-8 string."""
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 # -- the manifest --------------------------------------------------------------------------

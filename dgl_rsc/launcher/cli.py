@@ -187,7 +187,7 @@ def _run_parent(args, prog: str) -> int:
 
 def _run_config(args, cfg, prog, on_epoch_end) -> int:
     from .lock import OutputLock, held_for_me
-    from .train import prepare
+    from .prepare import prepare
 
     rank = int(os.environ.get("RANK", "0")) if cfg.distributed is not None else 0
     main = rank == 0  # in a distributed run rank 0 writes the shared files and prints
@@ -276,7 +276,7 @@ def main(
     """Entry point of ``dgl-rsc`` and ``python -m dgl_rsc``; returns the exit code.
     ``on_epoch_end(run, epoch)`` (``run`` like ``"rsc-seed0"``) is called after each
     training epoch and its checkpoint (see :func:`dgl_rsc.launcher.train.run_experiment`)."""
-    from .train import TrainingDiverged
+    from .prepare import TrainingDiverged
 
     name = build_parser(prog).prog
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -306,7 +306,7 @@ def main(
 
 def _kind(exc: BaseException) -> str:
     """How a worker's exception is reported (see :func:`~dgl_rsc.launcher.supervise.guard`)."""
-    from .train import TrainingDiverged
+    from .prepare import TrainingDiverged
 
     if isinstance(exc, (ConfigError, OutputWriteError)):
         return "config"

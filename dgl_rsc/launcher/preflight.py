@@ -57,7 +57,7 @@ def check_distributed(cfg, nproc: int) -> None:
     """The device, backend, partition cache and graph of a ``--nproc`` run (see the module
     docstring). Loads the dataset once, then lets it go."""
     from .outputs import check_location
-    from .train import check_backend, resolve_device
+    from .prepare import check_backend, resolve_device
 
     d = cfg.distributed
     device = resolve_device(cfg.train.device)

@@ -24,7 +24,6 @@ wants ``1.0e-3``); number fields accept such strings. NaN and infinities (``.nan
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import inspect
 import os
@@ -35,6 +34,7 @@ from ..config import ConfigError, RSCConfig, unknown_key_message
 from ..engines import ENGINES as _ENGINES
 from ..int8.spec import PRECISIONS, ROUNDINGS
 from ..models import model_params
+from ..names import did_you_mean
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
@@ -183,8 +183,7 @@ def _fail(msg: str):
 
 
 def _nearest(value, choices) -> str:
-    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
-    return f" Did you mean '{near[0]}'?" if near else ""
+    return did_you_mean(value, choices)
 
 
 def check_value(path: str, value, rule: Rule):

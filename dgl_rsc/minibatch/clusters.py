@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from .. import _deps
+from ..atomic import atomic_write
 from ..data.graphdata import clean_edges
-from ..launcher.checkpoint import atomic_write
 
 __all__ = ["ClusterLayout", "cluster_layout", "metis_clusters", "check_partition"]
 

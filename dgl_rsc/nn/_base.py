@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..controller import RSCController
-from ..graph import message_structure
+from ..dgl_interop import message_structure
 from ..int8.gemm import int8_matmul
 from ..int8.spec import Int8State
 from ..spmm import spmm_matrix
