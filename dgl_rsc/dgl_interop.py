@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from . import _deps
+from . import _deps, dgl_private
 from .csr import CSR
 from .graph import Graph, csr_by_destination
 from .structure_cache import StructureCache
@@ -21,7 +21,6 @@ __all__ = [
     "csr_from_sparse_matrix",
     "csr_from_graph_index",
     "csr_from_graph",
-    "has_in_csr",
     "message_structure_of_dgl",
     "message_structure",
 ]
@@ -51,7 +50,7 @@ def csr_from_graph_index(gidx, cache: Optional[StructureCache] = None):
     DGL returns its own cached in-edge CSR arrays here (no copy), so their data pointers
     identify the structure across the fresh graph-index objects DGL makes per call.
     """
-    nrows, ncols, indptr, indices, eids = gidx.adjacency_matrix_tensors(0, True, "csr")
+    nrows, ncols, indptr, indices, eids = dgl_private.in_csr_tensors(gidx)
 
     def build():
         ids = eids
@@ -67,14 +66,6 @@ def csr_from_graph_index(gidx, cache: Optional[StructureCache] = None):
     return cache.get_by_key(key, (indptr, indices, eids), build)
 
 
-def has_in_csr(gidx) -> bool:
-    """``True`` when the graph index may hold its in-edge CSR (DGL's CSC), which DGL's
-    message passing then uses; a graph restricted to other formats (``g.formats("coo")``)
-    passes messages over its COO edges instead."""
-    formats = gidx.formats()
-    return "csc" in formats["created"] or "csc" in formats["not created"]
-
-
 def message_structure_of_dgl(g, cache: Optional[StructureCache] = None):
     """``(A (N_dst, N_src), eids (nnz,) int64 or None)`` of a ``DGLGraph`` with one edge type
     (see :func:`message_structure`). A graph without an in-edge CSR is read
@@ -84,19 +75,21 @@ def message_structure_of_dgl(g, cache: Optional[StructureCache] = None):
             "dgl_rsc layers take graphs with one edge type; got edge types "
             f"{g.canonical_etypes}. Use dgl.to_homogeneous(g) or dgl.nn.HeteroGraphConv."
         )
-    if not has_in_csr(g._graph):
+    gidx = dgl_private.graph_index(g) if dgl_private.available() else None
+    if gidx is None or not dgl_private.has_in_csr(gidx):
         def build():
             src, dst = g.edges(order="eid")
             return csr_by_destination(src, dst, g.num_src_nodes(), g.num_dst_nodes())
 
         return cache.get(g, build) if cache is not None else build()
-    base, eids = csr_from_graph_index(g._graph, cache)
+    base, eids = csr_from_graph_index(gidx, cache)
     return base, None if eids is None else eids.long()
 
 
 def csr_from_graph(g, edge_weight: Optional[torch.Tensor] = None, cache=None) -> CSR:
     """``CSR`` of a homogeneous ``DGLGraph``'s message-passing adjacency (dst x src)."""
-    base, eids = csr_from_graph_index(g._graph, cache)
+    dgl_private.require()
+    base, eids = csr_from_graph_index(dgl_private.graph_index(g), cache)
     if edge_weight is None:
         return base
     w = edge_weight.reshape(-1)

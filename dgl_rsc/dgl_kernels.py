@@ -18,12 +18,11 @@ allocate, and fault in, a fresh one per call).
 
 from __future__ import annotations
 
-import importlib
 from typing import Optional
 
 import torch
 
-from . import _deps
+from . import dgl_private
 
 __all__ = ["usable", "spmm"]
 
@@ -34,21 +33,15 @@ DTYPES = (torch.float32, torch.float64)
 def usable(X: torch.Tensor) -> bool:
     """Whether DGL's kernel takes this product: DGL imports, ``X`` is an fp32/fp64 CPU
     tensor."""
-    return X.device.type == "cpu" and X.dtype in DTYPES and _deps.dgl_available()
+    return X.device.type == "cpu" and X.dtype in DTYPES and dgl_private.available()
 
 
 def _graph_index(structure):
     """The structure's DGL ``HeteroGraphIndex`` (built on first use and kept with it)."""
     gidx = getattr(structure, "_dgl_gidx", None)
     if gidx is None:
-        dgl = _deps.require_dgl()
         m, n = structure.shape
-        indptr, indices = structure.indptr.long(), structure.indices.long()
-        g = dgl.heterograph(
-            {("_N", "_E", "_M"): ("csc", (indptr, indices, torch.arange(indices.numel())))},
-            num_nodes_dict={"_N": n, "_M": m},
-        )
-        gidx = g._graph
+        gidx = dgl_private.build_index(structure.indptr.long(), structure.indices.long(), n, m)
         structure._dgl_gidx = gidx
     return gidx
 
@@ -64,17 +57,12 @@ def spmm(structure, values: Optional[torch.Tensor], X: torch.Tensor, scales,
         scales: :class:`~dgl_rsc.products.Scales` (row, col, row_divide).
         out: ``(M, D)`` contiguous tensor of ``X``'s dtype, not a view.
     """
-    ops = importlib.import_module("dgl._sparse_ops")
     gidx = _graph_index(structure)
     if scales.col is not None:
         X = X * scales.col.to(X.dtype).unsqueeze(1)
     out.zero_()
     e = None if values is None else values.reshape(-1, 1)
-    ops._CAPI_DGLKernelSpMM(
-        gidx, "copy_lhs" if e is None else "mul", "sum", ops.to_dgl_nd(X), ops.to_dgl_nd(e),
-        ops.to_dgl_nd_for_write(out), ops.to_dgl_nd_for_write(None),
-        ops.to_dgl_nd_for_write(None),
-    )  # fmt: skip
+    dgl_private.spmm_into(gidx, X, e, out)
     if scales.row is not None:
         r = scales.row.to(out.dtype).unsqueeze(1)
         out.div_(r) if scales.row_divide else out.mul_(r)

@@ -49,10 +49,10 @@ from typing import Iterator, Union
 
 import torch
 
-from . import _deps
+from . import dgl_private
 from .config import RSCConfig
 from .controller import RSCController, warn_never_exact
-from .dgl_interop import csr_from_graph_index, csr_from_sparse_matrix, has_in_csr
+from .dgl_interop import csr_from_graph_index, csr_from_sparse_matrix
 from .spmm import spmm_matrix
 from .user_warnings import warn_user
 
@@ -66,7 +66,7 @@ _ACTIVATION = threading.Lock()
 
 
 def _module(name: str):
-    _deps.require_dgl()
+    dgl_private.require()
     return importlib.import_module(name)
 
 
@@ -80,7 +80,7 @@ def patched_symbols():
         (sp_matmul, "spmm"),
         (sp_matmul, "matmul"),
         (sp.SparseMatrix, "__matmul__"),
-        (_module("dgl.ops.spmm"), "gspmm_internal"),
+        (_module(dgl_private.GSPMM[0]), dgl_private.GSPMM[1]),
         (_graphconv_class(), "forward"),
     ]
 
@@ -163,11 +163,11 @@ def _message_product(gidx, op, reduce_op, lhs, rhs, rsc: RSCController, score_co
     edge type, or ``None`` for any other call (DGL then handles it). ``score_col (N_src,)``:
     the column normalization already applied to ``lhs`` (RSC scores rows of the normalized
     matrix, as the drop-in layers do)."""
-    if reduce_op != "sum" or op not in ("copy_lhs", "mul") or gidx.number_of_etypes() != 1:
+    etypes, num_edges = dgl_private.index_counts(gidx)
+    if reduce_op != "sum" or op not in ("copy_lhs", "mul") or etypes != 1:
         return None
-    if not _wants_rsc(lhs) or gidx.num_edges(0) == 0 or not has_in_csr(gidx):
+    if not _wants_rsc(lhs) or num_edges == 0 or not dgl_private.has_in_csr(gidx):
         return None
-    num_edges = gidx.num_edges(0)
     if op == "mul" and not (
         isinstance(rhs, torch.Tensor)
         and rhs.dtype == lhs.dtype
@@ -198,11 +198,12 @@ def _message_reason(gidx, op, reduce_op, lhs, rhs) -> str:
         return f"reduce {reduce_op!r}"
     if op not in ("copy_lhs", "mul"):
         return f"message op {op!r}"
-    if gidx.number_of_etypes() != 1:
+    etypes, num_edges = dgl_private.index_counts(gidx)
+    if etypes != 1:
         return "several edge types"
-    if not has_in_csr(gidx):
+    if not dgl_private.has_in_csr(gidx):
         return "a graph restricted to COO formats"
-    if op == "mul" and isinstance(rhs, torch.Tensor) and rhs.numel() != gidx.num_edges(0):
+    if op == "mul" and isinstance(rhs, torch.Tensor) and rhs.numel() != num_edges:
         return "per-feature or multi-head edge weights"
     return "operands of mixed dtypes or devices"
 
@@ -210,13 +211,14 @@ def _message_reason(gidx, op, reduce_op, lhs, rhs) -> str:
 def _graphconv_col(conv, graph, feat):
     """``(N_src,)`` the source normalization stock ``GraphConv`` ``conv`` applies before its
     aggregation (``norm`` ``"both"``: ``d_out^-1/2``; ``"left"``: ``1/d_out``), or ``None``."""
-    if conv._norm not in ("left", "both"):
+    norm = dgl_private.graphconv_norm(conv)
+    if norm not in ("left", "both"):
         return None
     src = feat[0] if isinstance(feat, tuple) else feat
     if not isinstance(src, torch.Tensor) or not src.is_floating_point():
         return None
     degs = graph.out_degrees().to(src).clamp(min=1)
-    return torch.pow(degs, -0.5) if conv._norm == "both" else 1.0 / degs
+    return torch.pow(degs, -0.5) if norm == "both" else 1.0 / degs
 
 
 def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
@@ -224,10 +226,9 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
     sp_mod = _module("dgl.sparse.matmul")
     orig_spmm = originals[(sp_mod, "spmm")]
     orig_matmul = originals[(sp_mod, "matmul")]
-    orig_gspmm = originals[(_module("dgl.ops.spmm"), "gspmm_internal")]
+    orig_gspmm = originals[(_module(dgl_private.GSPMM[0]), dgl_private.GSPMM[1])]
     orig_graphconv = originals[(_graphconv_class(), "forward")]
     SparseMatrix = _module("dgl.sparse").SparseMatrix
-    dgl_autocast = _module("dgl.backend.pytorch.sparse")
 
     def owned() -> bool:
         return threading.get_ident() == owner_thread
@@ -248,12 +249,12 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
             return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
         col = hint.pop("col", None)  # one aggregation per GraphConv forward
         if torch.is_autocast_enabled():  # DGL computes in the autocast dtype: so do we
-            args = dgl_autocast._cast_if_autocast_enabled(lhs_data, rhs_data)
-            with dgl_autocast._disable_autocast_if_enabled():
+            args, autocast_off = dgl_private.autocast_operands(lhs_data, rhs_data)
+            with autocast_off():
                 out = _message_product(gidx, op, reduce_op, *args, rsc, col)
         else:
             out = _message_product(gidx, op, reduce_op, lhs_data, rhs_data, rsc, col)
-        if out is None and _trains(lhs_data) and gidx.num_edges(0) > 0:
+        if out is None and _trains(lhs_data) and dgl_private.index_counts(gidx)[1] > 0:
             _left_to_dgl(rsc, lhs_data, _message_reason(gidx, op, reduce_op, lhs_data, rhs_data))
         return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data) if out is None else out
 
@@ -295,7 +296,7 @@ def patch(
                 loss = F.cross_entropy(model(g, x)[train], y[train])
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
-    _deps.require_dgl()
+    dgl_private.require()
     rsc = RSCController.coerce(config, **overrides)
     warn_never_exact(rsc.config, "dgl_rsc.patch()")
     symbols = patched_symbols()

@@ -22,6 +22,7 @@ LAYERS = (
     ("base", ("_deps", "names", "atomic", "buffers", "stats", "user_warnings",
               "structure_cache")),
     ("sparse formats, products and kernels", ("csr", "cpu_spmm", "products", "quant", "int8",
+                                              "dgl_private",
                                               "backends", "sampling", "dgl_kernels",
                                               "engines")),
     ("the RSC algorithm", ("config", "solver", "guard", "step_info", "layer_state", "slot",
