@@ -49,6 +49,16 @@ _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
 
 @njit(**_OPTS)
+def _row_start(indptr, out, i, o0):
+    """``(o, p, e)``: row ``i``'s output row ``out[i - o0]``, zeroed, and its entries
+    ``[p, e)``."""
+    o = out[i - o0]
+    for k in range(o.shape[0]):
+        o[k] = 0.0
+    return o, indptr[i], indptr[i + 1]
+
+
+@njit(**_OPTS)
 def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty):
     """Unweighted, unscaled columns: ``out[i - o0] = rs(i) * sum X[indices[p]]`` for rows
     ``[r0, r1)``.
@@ -58,13 +68,9 @@ def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty):
     """
     d = X.shape[1]
     for i in range(r0, r1):
-        p = indptr[i]
-        e = indptr[i + 1]
-        if skip_empty and p == e:
+        if skip_empty and indptr[i] == indptr[i + 1]:
             continue
-        o = out[i - o0]
-        for k in range(d):
-            o[k] = 0.0
+        o, p, e = _row_start(indptr, out, i, o0)
         while p + 4 <= e:
             a = X[indices[p]]
             b = X[indices[p + 1]]
@@ -78,14 +84,7 @@ def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty):
             for k in range(d):
                 o[k] += x[k]
             p += 1
-        if row_mode == 1:
-            s = rs[i]
-            for k in range(d):
-                o[k] = o[k] * s
-        elif row_mode == 2:
-            s = rs[i]
-            for k in range(d):
-                o[k] = o[k] / s
+        _finish_row(o, rs, i, row_mode)
 
 
 @njit(**_OPTS)
@@ -108,22 +107,14 @@ def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs,
     entries per pass, added in stored order."""
     d = X.shape[1]
     for i in range(r0, r1):
-        p = indptr[i]
-        e = indptr[i + 1]
-        if skip_empty and p == e:
+        if skip_empty and indptr[i] == indptr[i + 1]:
             continue
-        o = out[i - o0]
-        for k in range(d):
-            o[k] = 0.0
+        o, p, e = _row_start(indptr, out, i, o0)
         if use_cs and use_w:
             while p + 4 <= e:
                 a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
-                ca, cb, cc, cf = (
-                    cs[indices[p]],
-                    cs[indices[p + 1]],
-                    cs[indices[p + 2]],
-                    cs[indices[p + 3]],
-                )
+                ca, cb = cs[indices[p]], cs[indices[p + 1]]
+                cc, cf = cs[indices[p + 2]], cs[indices[p + 3]]
                 wa, wb, wc, wf = w[p], w[p + 1], w[p + 2], w[p + 3]
                 for k in range(d):
                     o[k] = (
@@ -142,12 +133,8 @@ def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs,
         elif use_cs:
             while p + 4 <= e:
                 a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
-                ca, cb, cc, cf = (
-                    cs[indices[p]],
-                    cs[indices[p + 1]],
-                    cs[indices[p + 2]],
-                    cs[indices[p + 3]],
-                )
+                ca, cb = cs[indices[p]], cs[indices[p + 1]]
+                cc, cf = cs[indices[p + 2]], cs[indices[p + 3]]
                 for k in range(d):
                     o[k] = o[k] + a[k] * ca + b[k] * cb + c[k] * cc + f[k] * cf
                 p += 4

@@ -32,11 +32,22 @@ __all__ = ["GCN", "SAGE", "GCNII", "ResGCN", "MODELS", "build_model", "model_par
 DATA_ARGS = ("in_feats", "num_classes", "engine")
 
 
-def _check(name: str, value, lo, hi=None, kind=int):
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{name} must be an integer, got {value!r}.")
-    if value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value!r} is out of range [{lo}, {hi or 'inf'}].")
+#: ``argument -> (lowest, highest or None, kind)``: the one rule of each model argument
+_RULES = {
+    "layers": (1, None, int), "hidden": (1, None, int), "ffn_multiplier": (1, None, int),
+    "dropout": (0.0, 1.0, float), "input_dropout": (0.0, 1.0, float),
+    "alpha": (0.0, 1.0, float), "lambda_": (0.0, None, float),
+}  # fmt: skip
+
+
+def _check(**args) -> None:
+    """Each named argument against its rule in :data:`_RULES`, or a ``ValueError``."""
+    for name, value in args.items():
+        lo, hi, kind = _RULES[name]
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{name} must be an integer, got {value!r}.")
+        if value < lo or (hi is not None and value > hi):
+            raise ValueError(f"{name}={value!r} is out of range [{lo}, {hi or 'inf'}].")
 
 
 class _Stack(nn.Module):
@@ -46,8 +57,7 @@ class _Stack(nn.Module):
 
     def __init__(self, dims, make_conv, dropout, input_dropout, batch_norm):
         super().__init__()
-        _check("dropout", dropout, 0.0, 1.0, float)
-        _check("input_dropout", input_dropout, 0.0, 1.0, float)
+        _check(dropout=dropout, input_dropout=input_dropout)
         self.convs = nn.ModuleList(make_conv(a, b) for a, b in zip(dims[:-1], dims[1:]))
         norms = [nn.BatchNorm1d(d) if batch_norm else nn.Identity() for d in dims[1:-1]]
         self.norms = nn.ModuleList(norms)
@@ -84,19 +94,10 @@ class GCN(_Stack):
         ``forward(graph, feat (N, F)) -> (N, C)``.
     """
 
-    def __init__(
-        self,
-        in_feats: int,
-        num_classes: int,
-        hidden: int = 256,
-        layers: int = 3,
-        dropout: float = 0.5,
-        input_dropout: float = 0.0,
-        batch_norm: bool = False,
-        engine: str = "native",
-    ):
-        _check("layers", layers, 1)
-        _check("hidden", hidden, 1)
+    def __init__(self, in_feats: int, num_classes: int, hidden: int = 256, layers: int = 3,
+                 dropout: float = 0.5, input_dropout: float = 0.0, batch_norm: bool = False,
+                 engine: str = "native"):  # fmt: skip
+        _check(layers=layers, hidden=hidden)
         conv = conv_classes(engine).GraphConv
         dims = [in_feats] + [hidden] * (layers - 1) + [num_classes]
         super().__init__(dims, lambda a, b: conv(a, b), dropout, input_dropout, batch_norm)
@@ -114,20 +115,10 @@ class SAGE(_Stack):
 
     SELF_LOOPS = False
 
-    def __init__(
-        self,
-        in_feats: int,
-        num_classes: int,
-        hidden: int = 256,
-        layers: int = 3,
-        dropout: float = 0.5,
-        input_dropout: float = 0.0,
-        batch_norm: bool = False,
-        aggregator: str = "mean",
-        engine: str = "native",
-    ):
-        _check("layers", layers, 1)
-        _check("hidden", hidden, 1)
+    def __init__(self, in_feats: int, num_classes: int, hidden: int = 256, layers: int = 3,
+                 dropout: float = 0.5, input_dropout: float = 0.0, batch_norm: bool = False,
+                 aggregator: str = "mean", engine: str = "native"):  # fmt: skip
+        _check(layers=layers, hidden=hidden)
         if aggregator not in ("mean", "gcn"):
             raise ValueError(f"aggregator must be 'mean' or 'gcn', got {aggregator!r}.")
         conv = conv_classes(engine).SAGEConv
@@ -150,23 +141,11 @@ class GCNII(nn.Module):
 
     SELF_LOOPS = True
 
-    def __init__(
-        self,
-        in_feats: int,
-        num_classes: int,
-        hidden: int = 256,
-        layers: int = 4,
-        dropout: float = 0.5,
-        alpha: float = 0.1,
-        lambda_: float = 0.5,
-        engine: str = "native",
-    ):
+    def __init__(self, in_feats: int, num_classes: int, hidden: int = 256, layers: int = 4,
+                 dropout: float = 0.5, alpha: float = 0.1, lambda_: float = 0.5,
+                 engine: str = "native"):  # fmt: skip
         super().__init__()
-        _check("layers", layers, 1)
-        _check("hidden", hidden, 1)
-        _check("dropout", dropout, 0.0, 1.0, float)
-        _check("alpha", alpha, 0.0, 1.0, float)
-        _check("lambda_", lambda_, 0.0, None, float)
+        _check(layers=layers, hidden=hidden, dropout=dropout, alpha=alpha, lambda_=lambda_)
         conv = conv_classes(engine).GCN2Conv
         self.lin_in = nn.Linear(in_feats, hidden)
         self.convs = nn.ModuleList(
@@ -199,21 +178,11 @@ class ResGCN(nn.Module):
 
     SELF_LOOPS = False
 
-    def __init__(
-        self,
-        in_feats: int,
-        num_classes: int,
-        hidden: int = 512,
-        layers: int = 3,
-        dropout: float = 0.2,
-        ffn_multiplier: int = 1,
-        engine: str = "native",
-    ):
+    def __init__(self, in_feats: int, num_classes: int, hidden: int = 512, layers: int = 3,
+                 dropout: float = 0.2, ffn_multiplier: int = 1,
+                 engine: str = "native"):  # fmt: skip
         super().__init__()
-        _check("layers", layers, 1)
-        _check("hidden", hidden, 1)
-        _check("ffn_multiplier", ffn_multiplier, 1)
-        _check("dropout", dropout, 0.0, 1.0, float)
+        _check(layers=layers, hidden=hidden, ffn_multiplier=ffn_multiplier, dropout=dropout)
         conv = conv_classes(engine).GraphConv
         width = hidden * ffn_multiplier
         self.lin_in = nn.Linear(in_feats, hidden)

@@ -3,7 +3,12 @@
 The sources are package data of ``dgl_rsc.cuda`` (setup.cfg maps that package to the top-level
 ``cuda/`` folder). An installed package finds them through :mod:`importlib.resources`; a source
 tree used through ``PYTHONPATH=.`` without installation has no ``dgl_rsc.cuda`` package, and
-the sources are read from ``<repo>/cuda`` instead. No CuPy import here.
+the sources are read from ``<repo>/cuda`` instead.
+
+:func:`cupy_module` and :func:`launch` are the one CuPy loader of every kernel family (the
+sampling kernels, the INT8 product, the message codec): each source is compiled once per
+device, and kernels run on torch's current stream. CuPy is imported only when a kernel is
+compiled.
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ import functools
 import importlib.resources as resources
 from pathlib import Path
 
-__all__ = ["source_dir", "cu_files", "read_source"]
+import torch
+
+from .. import _deps
+
+__all__ = ["source_dir", "cu_files", "read_source", "cupy_module", "launch"]
 
 _REPO_CUDA = Path(__file__).resolve().parents[2] / "cuda"
 
@@ -54,3 +63,29 @@ def read_source(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"no kernel source {name!r}; available: {cu_files()}.")
     return path.read_text(encoding="utf-8")
+
+
+@functools.cache
+def cupy_module(source: str, options: tuple, names: tuple, device_index: int):
+    """``cupy.RawModule`` of the kernel source ``source`` with the compile ``options`` and the
+    template instantiations ``names``, compiled once per device."""
+    cp = _deps.require_cupy()
+    with cp.cuda.Device(device_index):
+        return cp.RawModule(code=read_source(source), options=tuple(options),
+                            name_expressions=list(names))  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _external_stream(device_index: int, ptr: int):
+    return _deps.require_cupy().cuda.ExternalStream(ptr, device_index)
+
+
+def launch(module: tuple, t: torch.Tensor, name: str, grid, block, *args) -> None:
+    """Run kernel ``name`` of ``module`` (``(source, options, names)``, as for
+    :func:`cupy_module`) on the device of ``t``, on torch's current stream."""
+    cp = _deps.require_cupy()
+    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    stream = _external_stream(index, torch.cuda.current_stream(index).cuda_stream)
+    kernel = cupy_module(*module, index).get_function(name)
+    with cp.cuda.Device(index), stream:
+        kernel(grid, block, args)

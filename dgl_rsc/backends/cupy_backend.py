@@ -18,6 +18,7 @@ import torch
 
 from .. import _deps
 from . import _cuda_source
+from .protocol import check_dtype_and_dim
 
 __all__ = [
     "row_scores",
@@ -63,19 +64,9 @@ _INT64_MAX = (1 << 63) - 1
 
 
 @functools.cache
-def _module(device_index: int):
-    cp = _deps.require_cupy()
-    with cp.cuda.Device(device_index):
-        return cp.RawModule(
-            code=_cuda_source.read_source(_SOURCE),
-            options=COMPILE_OPTIONS,
-            name_expressions=NAME_EXPRESSIONS,
-        )
-
-
-@functools.cache
 def _kernel(device_index: int, name: str):
-    return _module(device_index).get_function(name)
+    return _cuda_source.cupy_module(_SOURCE, COMPILE_OPTIONS, tuple(NAME_EXPRESSIONS),
+                                    device_index).get_function(name)
 
 
 @functools.cache
@@ -91,11 +82,7 @@ def _check(name: str, t: torch.Tensor, dtypes=None, dim=1) -> None:
             f"the cupy backend needs CUDA tensors, but {name} is on {t.device}; move it to "
             "the GPU or use backend='torch'."
         )
-    if dtypes is not None and t.dtype not in dtypes:
-        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise TypeError(f"{name} must have dtype {allowed}; got {t.dtype}.")
-    if t.dim() != dim:
-        raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}.")
+    check_dtype_and_dim(name, t, dtypes, dim)
 
 
 @functools.lru_cache(maxsize=64)

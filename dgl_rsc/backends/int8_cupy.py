@@ -8,12 +8,9 @@ aid) runs the reference on the device.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
-from .. import _deps
 from ..int8 import ref
 from . import _cuda_source
 
@@ -34,12 +31,8 @@ NAME_EXPRESSIONS = tuple(
 int8_spmm_acc = ref.int8_spmm_acc
 
 
-@functools.cache
-def _module(device_index: int):  # pragma: no cover - needs a GPU and CuPy
-    cp = _deps.require_cupy()
-    with cp.cuda.Device(device_index):
-        return cp.RawModule(code=_cuda_source.read_source(_SOURCE), options=OPTIONS,
-                            name_expressions=NAME_EXPRESSIONS)  # fmt: skip
+#: what :func:`_cuda_source.launch` compiles
+_MODULE = (_SOURCE, OPTIONS, NAME_EXPRESSIONS)
 
 
 def _ptr(t) -> np.uint64:
@@ -51,11 +44,7 @@ def _ptr(t) -> np.uint64:
 
 
 def _launch(t: torch.Tensor, name: str, grid, block, *args) -> None:  # pragma: no cover
-    cp = _deps.require_cupy()
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    stream = cp.cuda.ExternalStream(torch.cuda.current_stream(index).cuda_stream, index)
-    with cp.cuda.Device(index), stream:
-        _module(index).get_function(name)(grid, block, args)
+    _cuda_source.launch(_MODULE, t, name, grid, block, *args)
 
 
 def int8_spmm(indptr, indices, qvals, qX, row_factor, col_scale) -> torch.Tensor:

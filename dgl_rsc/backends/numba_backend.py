@@ -29,6 +29,7 @@ import torch
 
 from .. import _deps
 from ..sampling.rules import kept_count
+from .protocol import check_dtype_and_dim
 
 
 def _numpy_alias_for_numba_cuda() -> None:
@@ -127,11 +128,7 @@ def _check(name: str, t, dtypes=None, dim=1) -> None:
             f"the numba backend needs CUDA tensors, but {name} is on {t.device}; move it to the "
             "GPU, use backend='torch', or set NUMBA_ENABLE_CUDASIM=1 for the simulator."
         )
-    if dtypes is not None and t.dtype not in dtypes:
-        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise TypeError(f"{name} must have dtype {allowed}; got {t.dtype}.")
-    if t.dim() != dim:
-        raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}.")
+    check_dtype_and_dim(name, t, dtypes, dim)
 
 
 def _arr(t: torch.Tensor):

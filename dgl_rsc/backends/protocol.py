@@ -11,7 +11,7 @@ from typing import Optional, Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["SamplingBackend"]
+__all__ = ["SamplingBackend", "check_dtype_and_dim"]
 
 
 @runtime_checkable
@@ -42,3 +42,13 @@ class SamplingBackend(Protocol):
         A backend may also provide ``slice_rows(indptr, indices, values, shape, row_mask)``:
         the same slice (without extra kept entries) cut from ``A``'s own CSR, for a cost in
         the kept non-zeros; :func:`~dgl_rsc.sampling.draw_sample` prefers it."""
+
+
+def check_dtype_and_dim(name: str, t: torch.Tensor, dtypes=None, dim: int = 1) -> None:
+    """A kernel backend's check of its argument ``name``: one of ``dtypes`` (any when
+    ``None``) and ``dim`` dimensions, or an error naming both."""
+    if dtypes is not None and t.dtype not in dtypes:
+        allowed = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} must have dtype {allowed}; got {t.dtype}.")
+    if t.dim() != dim:
+        raise ValueError(f"{name} must be {dim}-D, got shape {tuple(t.shape)}.")

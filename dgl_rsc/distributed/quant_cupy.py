@@ -10,12 +10,9 @@ the reference's ``x.float()`` does). No host synchronization.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
-from .. import _deps
 from ..backends import _cuda_source
 from .quant_ref import HUGE, QUANT_BITS, RESERVED
 
@@ -48,30 +45,13 @@ NAME_EXPRESSIONS = (
 )
 
 
-@functools.cache
-def _module(device_index: int):
-    cp = _deps.require_cupy()
-    with cp.cuda.Device(device_index):
-        return cp.RawModule(
-            code=_cuda_source.read_source(_SOURCE),
-            options=OPTIONS,
-            name_expressions=NAME_EXPRESSIONS,
-        )
-
-
-@functools.lru_cache(maxsize=64)
-def _external_stream(device_index: int, ptr: int):
-    return _deps.require_cupy().cuda.ExternalStream(ptr, device_index)
+#: what :func:`~dgl_rsc.backends._cuda_source.launch` compiles
+_MODULE = (_SOURCE, OPTIONS, tuple(NAME_EXPRESSIONS))
 
 
 def _launch(t: torch.Tensor, name: str, grid, block, *args) -> None:
     """Run kernel ``name`` on the device of ``t``, on torch's current stream."""
-    cp = _deps.require_cupy()
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
-    stream = _external_stream(index, torch.cuda.current_stream(index).cuda_stream)
-    kernel = _module(index).get_function(name)
-    with cp.cuda.Device(index), stream:
-        kernel(grid, block, args)
+    _cuda_source.launch(_MODULE, t, name, grid, block, *args)
 
 
 def _ptr(t: torch.Tensor) -> np.uint64:

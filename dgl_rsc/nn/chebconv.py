@@ -42,12 +42,10 @@ class ChebConv(RSCLayer):
         a list or ``(B,)`` tensor, one value per graph of a batch (``None``: 2, with a
         warning, as DGL).
 
-    The layer must be attached (:func:`dgl_rsc.nn.attach`) for RSC to approximate its
-    backward; unattached it computes the exact backward and warns once.
+    RSC approximates its backward once attached (:func:`dgl_rsc.nn.attach`).
 
     Example:
-        >>> import torch
-        >>> from dgl_rsc.graph import Graph
+        >>> import torch; from dgl_rsc.graph import Graph
         >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
         >>> conv = ChebConv(4, 2, k=3)
         >>> conv.rsc_products, conv(g, torch.randn(3, 4), lambda_max=[2.0]).shape

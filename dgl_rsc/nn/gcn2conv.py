@@ -29,12 +29,10 @@ class GCN2Conv(RSCLayer):
             ``allow_zero_in_degree``, and for edge weights that are not ``(E,)`` or not
             positive.
 
-    The layer must be attached (:func:`dgl_rsc.nn.attach`) for RSC to approximate its
-    backward; unattached it computes the exact backward and warns once.
+    RSC approximates its backward once attached (:func:`dgl_rsc.nn.attach`).
 
     Example:
-        >>> import torch
-        >>> from dgl_rsc.graph import Graph
+        >>> import torch; from dgl_rsc.graph import Graph
         >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
         >>> x = torch.randn(3, 4)
         >>> GCN2Conv(4, layer=1)(g, x, x).shape

@@ -44,12 +44,10 @@ class GraphConv(RSCLayer):
             raises ``DGLError``: zero-in-degree nodes without ``allow_zero_in_degree``, an
             external weight next to the module's own, an invalid ``norm``.
 
-    The layer must be attached (:func:`dgl_rsc.nn.attach`) for RSC to approximate its
-    backward; unattached it computes the exact backward and warns once.
+    RSC approximates its backward once attached (:func:`dgl_rsc.nn.attach`).
 
     Example:
-        >>> import torch
-        >>> from dgl_rsc.graph import Graph
+        >>> import torch; from dgl_rsc.graph import Graph
         >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
         >>> conv = GraphConv(4, 2)
         >>> conv(g, torch.randn(3, 4)).shape

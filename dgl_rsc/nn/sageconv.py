@@ -50,8 +50,7 @@ class SAGEConv(RSCLayer):
             with ``"gcn"``, source and destination features of different widths.
 
     Example:
-        >>> import torch
-        >>> from dgl_rsc.graph import Graph
+        >>> import torch; from dgl_rsc.graph import Graph
         >>> g = Graph(torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0]))
         >>> SAGEConv(4, 2, "mean")(g, torch.randn(3, 4)).shape
         torch.Size([3, 2])
