@@ -259,15 +259,9 @@ def spmm_matrix(
     return Y.squeeze(1) if vec else Y
 
 
-def spmm(
-    A,
-    X: torch.Tensor,
-    rsc: RSCArg = None,
-    *,
-    row_scale: Optional[torch.Tensor] = None,
-    col_scale: Optional[torch.Tensor] = None,
-    row_divide: bool = False,
-) -> torch.Tensor:
+def spmm(A, X: torch.Tensor, rsc: RSCArg = None, *, row_scale: Optional[torch.Tensor] = None,
+         col_scale: Optional[torch.Tensor] = None,
+         row_divide: bool = False) -> torch.Tensor:  # fmt: skip
     """``A @ X`` for a ``dgl.sparse.SparseMatrix`` ``A (M, N)`` with scalar values.
 
     Same forward as ``dgl.sparse.spmm``; the backward for ``X`` is approximated per ``rsc``

@@ -119,23 +119,29 @@ class HaloExchange:
         self.timings["forward_post"] += time.perf_counter() - t0
         return works, peers, recv, keep, width, x_own.dtype
 
-    def _tell_bits(self, bits: dict, senders: list) -> dict:
-        """Send each destination the width of its message; returns the senders' widths."""
+    def _control(self, inbox: dict, outbox: dict, what: str) -> None:
+        """One round of small int64 messages: ``inbox[q]`` (a buffer) is filled by rank
+        ``q``, ``outbox[q]`` is sent to rank ``q``; waits for all, counts them as control."""
         tag = self._next_tag()
-        dev = self.ctx.device
-        inbox = {q: torch.zeros(1, dtype=torch.int64, device=dev) for q in senders}
-        works, peers, keep = [], [], []
+        works, peers = [], []
         for q, buf in inbox.items():
             works.append(dist.irecv(buf, src=q, tag=tag))
             peers.append(q)
-        for q, b in bits.items():
-            t = torch.tensor([int(b)], dtype=torch.int64, device=dev)
-            keep.append(t)
+        for q, t in outbox.items():
             works.append(dist.isend(t, dst=q, tag=tag))
             peers.append(q)
-        wait_all(works, self.ctx, "telling the forward bit widths", peers)
-        self.ctx.bytes.add("control", sent=8 * len(bits), received=8 * len(inbox),
+        wait_all(works, self.ctx, what, peers)
+        self.ctx.bytes.add("control", sent=sum(8 * t.numel() for t in outbox.values()),
+                           received=sum(8 * b.numel() for b in inbox.values()),
                            messages=len(works))  # fmt: skip
+
+    def _tell_bits(self, bits: dict, senders: list) -> dict:
+        """Send each destination the width of its message; returns the senders' widths."""
+        dev = self.ctx.device
+        inbox = {q: torch.zeros(1, dtype=torch.int64, device=dev) for q in senders}
+        outbox = {q: torch.tensor([int(b)], dtype=torch.int64, device=dev)
+                  for q, b in bits.items()}  # fmt: skip
+        self._control(inbox, outbox, "telling the forward bit widths")
         return {q: int(buf) for q, buf in inbox.items()}
 
     def finish_forward(self, handle) -> torch.Tensor:
@@ -167,24 +173,15 @@ class HaloExchange:
                 outgoing[q] = (rows.to(torch.int32), block[rows])
         bits = policy.choose(self._slot_of("backward"), {q: v for q, (_, v) in outgoing.items()})
         # round 1: how many rows each peer sends, and at which width
-        tag = self._next_tag()
         heads = {q: torch.zeros(2, dtype=torch.int64, device=dev)
                  for q in self.peers if self.send_idx[q].numel()}  # fmt: skip
-        works, peers, keep = [], [], []
-        for q, buf in heads.items():
-            works.append(dist.irecv(buf, src=q, tag=tag))
-            peers.append(q)
-        for q, (rows, _) in outgoing.items():
-            head = torch.tensor([rows.numel(), int(bits[q])], dtype=torch.int64, device=dev)
-            keep.append(head)
-            works.append(dist.isend(head, dst=q, tag=tag))
-            peers.append(q)
-        wait_all(works, self.ctx, "the backward halo counts", peers)
-        self.ctx.bytes.add("control", sent=16 * len(outgoing), received=16 * len(heads),
-                           messages=len(works))  # fmt: skip
+        self._control(heads, {
+            q: torch.tensor([rows.numel(), int(bits[q])], dtype=torch.int64, device=dev)
+            for q, (rows, _) in outgoing.items()
+        }, "the backward halo counts")  # fmt: skip
         # round 2: the rows (an index and the payload)
         tag2 = self._next_tag()
-        works, peers, recv = [], [], {}
+        works, peers, recv, keep = [], [], {}, []
         sent = received = 0
         for q, buf in heads.items():
             n, b = (int(v) for v in buf.tolist())

@@ -15,18 +15,24 @@ import logging
 import numbers
 import os
 import re
-import zipfile
 from typing import Callable, Optional, Union
 
 import numpy as np
 import torch
 
 from .. import _deps
-from ..atomic import atomic_write, atomic_write_text
+from ..atomic import atomic_write_text
 from ..graph import check_edges
 from ..names import did_you_mean
+from ..npz_cache import read_entry, write_entry
 
-__all__ = ["PARTITIONERS", "partition_nodes", "partition_quality", "load_or_partition"]
+__all__ = [
+    "PARTITIONERS",
+    "metis_assignment",
+    "partition_nodes",
+    "partition_quality",
+    "load_or_partition",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +86,18 @@ def _symmetric_csr(src, dst, n) -> tuple[np.ndarray, np.ndarray]:
     return xadj.numpy(), s.numpy()
 
 
-def _metis(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
+def metis_assignment(src, dst, n: int, parts: int, seed: int,
+                     instead: str = "use method='random' or 'contiguous'") -> torch.Tensor:
+    """``(N,)`` int64 METIS part of each node: pymetis on the symmetrized graph without
+    self-loops, METIS seeded with ``seed`` (deterministic for a given seed). Without pymetis,
+    an ``ImportError`` that says how to install it, or what to do ``instead``."""
     pymetis, reason = _deps._probe("pymetis")
     if pymetis is None:
-        raise ImportError(
-            f"method='metis' needs pymetis ({reason}): `pip install pymetis`, "
-            "or use method='random' or 'contiguous'."
-        )
+        raise ImportError(f"METIS partitions need pymetis, which is not usable ({reason}): "
+                          f"`pip install pymetis`, or {instead}.")  # fmt: skip
     xadj, adjncy = _symmetric_csr(src, dst, n)
-    options = pymetis.Options(seed=int(seed))  # METIS is deterministic for a given seed
-    result = pymetis.part_graph(
-        parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy), options=options
-    )
+    result = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy),
+                                options=pymetis.Options(seed=int(seed)))  # fmt: skip
     return torch.as_tensor(np.asarray(result.vertex_part, dtype=np.int64))
 
 
@@ -117,7 +123,7 @@ def _contiguous(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
 
 #: ``method -> fn(src, dst, N, parts, seed) -> (N,) int64`` (arguments already validated).
 PARTITIONERS: dict[str, Callable[..., torch.Tensor]] = {
-    "metis": _metis,  # pymetis on the symmetrized graph, seeded
+    "metis": metis_assignment,  # pymetis on the symmetrized graph, seeded
     "metis-dgl": _metis_dgl,  # DGL's METIS (needs DGL; no seed: calls may differ)
     "random": _random,  # a seeded random permutation cut into equal parts
     "contiguous": _contiguous,  # node id ranges of equal size
@@ -233,17 +239,14 @@ def _cache_key(src, dst, n: int, parts: int, method: str, seed: int) -> str:
 
 def _read_part(path: str, key: str, n: int, parts: int) -> tuple[str, Optional[torch.Tensor]]:
     """``("hit", part)`` or ``(why not, None)``; why not is missing/corrupt/stale/foreign."""
-    if not os.path.exists(path):
-        return "missing", None
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if "format" not in z.files:
-                return "foreign", None
-            if str(z["format"]) != _FORMAT or str(z["key"]) != key or int(z["num_nodes"]) != n:
-                return "stale", None
-            part = torch.from_numpy(np.array(z["part"], dtype=np.int64))
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
+    status, arrays = read_entry(path, _FORMAT, key, ("part", "num_nodes"))
+    if status != "hit":
+        return status, None
+    if int(arrays["num_nodes"]) != n:
+        return "stale", None
+    if arrays["part"].dtype.kind not in "iu":
         return "corrupt", None
+    part = torch.from_numpy(arrays["part"].astype(np.int64))
     ok = part.shape == (n,) and bool(((part >= 0) & (part < parts)).all())
     ok = ok and bool((torch.bincount(part, minlength=parts) > 0).all())  # no empty part
     return ("hit", part) if ok else ("corrupt", None)
@@ -320,13 +323,8 @@ def load_or_partition(
         if status == "foreign":
             log.warning("%s is not a dgl_rsc partition file; left untouched, not cached", path)
             return part, partition_quality(src, dst, n, part, parts), None
-        arrays = {
-            "part": part.numpy(),
-            "key": np.array(key),
-            "num_nodes": np.array(n),
-            "format": np.array(_FORMAT),
-        }
-        atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
+        write_entry(path, _FORMAT, key, {"part": part.numpy(), "num_nodes": np.array(n)},
+                    compressed=True)  # fmt: skip
     status, quality = _read_quality(qpath, key, part, parts, int(src.numel()))
     if status == "hit":
         return part, quality, path

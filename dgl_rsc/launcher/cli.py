@@ -23,10 +23,11 @@ import time
 from typing import Callable, Optional, Sequence
 
 from ..config import ConfigError
+from . import yaml_io
 from .checkpoint import OutputWriteError
 from .outputs import PARTITION_CACHE, output_dir, resume_command, some
 from .supervise import guard, managed_worker
-from .yaml_io import (
+from .yaml_io import (  # noqa: F401 (re-exported)
     StrictLoader,
     apply_overrides,
     dump_yaml,
@@ -35,16 +36,7 @@ from .yaml_io import (
     parse_yaml,
 )
 
-__all__ = [
-    "main",
-    "build_parser",
-    "StrictLoader",
-    "parse_yaml",
-    "load_yaml",
-    "apply_overrides",
-    "load_config",
-    "dump_yaml",
-]
+__all__ = ["main", "build_parser", *yaml_io.__all__]  # the YAML helpers, re-exported
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,12 @@ import hashlib
 import json
 import logging
 import os
-import zipfile
 from typing import Optional
 
 import numpy as np
 import torch
 
-from .. import _deps
-from ..atomic import atomic_write
-from ..data.graphdata import clean_edges
+from ..npz_cache import read_entry, write_entry
 
 __all__ = ["ClusterLayout", "cluster_layout", "metis_clusters", "check_partition"]
 
@@ -36,21 +33,9 @@ _FORMAT = "dgl_rsc.clusters/1"  # marks a file as ours; bump it when the layout 
 def metis_clusters(src, dst, num_nodes: int, num_parts: int, seed: int = 0) -> torch.Tensor:
     """``(N,)`` int64 METIS cluster of each node (pymetis on the symmetrized graph without
     self-loops, METIS seeded with ``seed``)."""
-    pymetis, reason = _deps._probe("pymetis")
-    if pymetis is None:
-        raise ImportError(
-            f"Cluster-GCN partitions the graph with METIS through pymetis, which is not usable "
-            f"({reason}). Install it with `pip install pymetis`, or pass partition=."
-        )
-    s, d = clean_edges(src, dst, num_nodes, symmetrize=True)  # sorted by d: a CSR
-    xadj = torch.zeros(num_nodes + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(d, minlength=num_nodes), 0, out=xadj[1:])
-    result = pymetis.part_graph(
-        num_parts,
-        adjacency=pymetis.CSRAdjacency(xadj.numpy(), s.numpy()),
-        options=pymetis.Options(seed=int(seed)),
-    )
-    return torch.as_tensor(np.asarray(result.vertex_part, dtype=np.int64))
+    from ..distributed.partition import metis_assignment
+
+    return metis_assignment(src, dst, num_nodes, num_parts, seed, instead="pass partition=")
 
 
 def check_partition(partition, n: int, num_parts: int) -> torch.Tensor:
@@ -101,27 +86,19 @@ class ClusterLayout:
 
     def save(self, path: str, key: str) -> None:
         """Write the layout with ``key`` as an npz cache entry (atomically)."""
-        arrays = {"format": np.array(_FORMAT), "key": np.array(key),
-                  "num_nodes": np.array(self.node_ids.numel()),
-                  "offsets": self.offsets.numpy(), "node_ids": self.node_ids.numpy()}  # fmt: skip
-        atomic_write(path, lambda f: np.savez(f, **arrays))
+        write_entry(path, _FORMAT, key, {"num_nodes": np.array(self.node_ids.numel()),
+                                         "offsets": self.offsets.numpy(),
+                                         "node_ids": self.node_ids.numpy()})  # fmt: skip
 
     @classmethod
     def read(cls, path: str, key: str, num_parts: int, num_nodes: int) -> tuple:
         """``("hit", layout)`` or ``(why not, None)``: ``missing``, ``foreign`` (an archive
         without our marker), ``stale`` (another key) or ``corrupt`` (unreadable, or a layout
         that fails :meth:`problem`, which is then logged)."""
-        if not os.path.exists(path):
-            return "missing", None
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                if "format" not in z.files:
-                    return "foreign", None
-                if str(z["format"]) != _FORMAT or str(z["key"]) != key:
-                    return "stale", None
-                offsets, ids = (np.asarray(z[k]) for k in ("offsets", "node_ids"))
-        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile):
-            return "corrupt", None
+        status, arrays = read_entry(path, _FORMAT, key, ("offsets", "node_ids"))
+        if status != "hit":
+            return status, None
+        offsets, ids = arrays["offsets"], arrays["node_ids"]
         if not all(a.dtype.kind in "iu" and a.ndim == 1 for a in (offsets, ids)):
             return "corrupt", None
         layout = cls(torch.from_numpy(offsets.astype(np.int64)),

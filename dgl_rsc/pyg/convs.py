@@ -55,6 +55,19 @@ class RSCPygLayer(RSCLayer):
         return fused_product(self._rsc_front(), adj_t, feat, self.aggr)
 
 
+def _clears_cache_on_reset(cls):
+    """``cls.reset_parameters``: PyG's initialization, then RSC's cached samples dropped
+    (they are stale)."""
+
+    def reset_parameters(self):
+        """PyG's initialization; also drops RSC's cached samples (they are stale)."""
+        super(cls, self).reset_parameters()
+        self.clear_cache()
+
+    cls.reset_parameters = reset_parameters
+    return cls
+
+
 def _warn_passthrough(module, reason: str) -> None:
     seen = module.__dict__.setdefault("_rsc_passthrough_seen", set())
     if reason not in seen and module.training and torch.is_grad_enabled():
@@ -64,6 +77,7 @@ def _warn_passthrough(module, reason: str) -> None:
         )
 
 
+@_clears_cache_on_reset
 class GCNConv(_convs.GCNConv, RSCPygLayer):
     """Drop-in for ``torch_geometric.nn.GCNConv`` (same signature and defaults) with an RSC
     backward for the aggregation ``D^-1/2 (A + I) D^-1/2 (X W)``.
@@ -79,11 +93,6 @@ class GCNConv(_convs.GCNConv, RSCPygLayer):
         torch.Size([3, 2])
     """
 
-    def reset_parameters(self):
-        """PyG's initialization; also drops RSC's cached samples (they are stale)."""
-        super().reset_parameters()
-        self.clear_cache()
-
     def message_and_aggregate(self, adj_t: Adj, x: Tensor) -> Tensor:
         out = self._rsc_fused(adj_t, x)
         return super().message_and_aggregate(adj_t, x) if out is None else out
@@ -95,6 +104,7 @@ class GCNConv(_convs.GCNConv, RSCPygLayer):
         return super().forward(x, edge_index, edge_weight) if out is None else out
 
 
+@_clears_cache_on_reset
 class SAGEConv(_convs.SAGEConv, RSCPygLayer):
     """Drop-in for ``torch_geometric.nn.SAGEConv`` with ``aggr="mean"`` (the default): same
     signature, parameters (``lin_l``, ``lin_r``, ``lin`` with ``project``) and output; the
@@ -126,11 +136,6 @@ class SAGEConv(_convs.SAGEConv, RSCPygLayer):
         super().__init__(in_channels, out_channels, aggr, normalize, root_weight, project, bias,
                          **kwargs)  # fmt: skip
 
-    def reset_parameters(self):
-        """PyG's initialization; also drops RSC's cached samples (they are stale)."""
-        super().reset_parameters()
-        self.clear_cache()
-
     def message_and_aggregate(self, adj_t: Adj, x: OptPairTensor) -> Tensor:
         st = _deps.sparse_tensor_class()
         if st is not None and isinstance(adj_t, st):  # PyG's SAGEConv ignores its values
@@ -146,6 +151,7 @@ class SAGEConv(_convs.SAGEConv, RSCPygLayer):
         return super().forward(x, edge_index, size) if out is None else out
 
 
+@_clears_cache_on_reset
 class GCN2Conv(_convs.GCN2Conv, RSCPygLayer):
     """Drop-in for ``torch_geometric.nn.GCN2Conv`` (GCNII) with an RSC backward for the
     normalized aggregation.
@@ -161,11 +167,6 @@ class GCN2Conv(_convs.GCN2Conv, RSCPygLayer):
         >>> conv(x, x, torch.tensor([[0, 1, 2], [1, 2, 0]])).shape
         torch.Size([3, 4])
     """
-
-    def reset_parameters(self):
-        """PyG's initialization; also drops RSC's cached samples (they are stale)."""
-        super().reset_parameters()
-        self.clear_cache()
 
     def message_and_aggregate(self, adj_t: Adj, x: Tensor) -> Tensor:
         out = self._rsc_fused(adj_t, x)
