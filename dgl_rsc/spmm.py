@@ -10,16 +10,14 @@ from typing import Optional, Union
 
 import torch
 
-from .controller import RSCController
+from .backward import BackwardSampler, SamplerSource, feature_grad
 from .csr import CSR, check_shape
-from .layer_state import LayerState
-from .products import NO_SCALES, Scales, csr_mm, csr_t_mm, sddmm
+from .products import NO_SCALES, Scales, csr_mm, sddmm
 from .sampling import apply_scale, draw_sample, propagate_nonfinite, sample_product
-from .slot import LayerSlot
 
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
 
-RSCArg = Union[None, float, RSCController, LayerSlot, "Sampler"]
+RSCArg = Union[None, float, SamplerSource, BackwardSampler]
 
 
 class RSCSpMM(torch.autograd.Function):
@@ -56,10 +54,7 @@ class RSCSpMM(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dvalues = sddmm(A, dY, X, scales).to(values.dtype)
         if ctx.needs_input_grad[1]:
-            if ctx.sampler is None:
-                dX = csr_t_mm(A, dY, scales)
-            else:
-                dX = ctx.sampler.backward_product(A, dY, scales)
+            dX = feature_grad(ctx.sampler, A, dY, scales)
         return dvalues, dX, None, None, None
 
 
@@ -127,14 +122,14 @@ def _resolve_sampler(rsc: RSCArg, X: torch.Tensor):
         return None
     if not (torch.is_grad_enabled() and X.requires_grad):
         return None  # no backward for X: no sampling work, no product slot used
-    if isinstance(rsc, RSCController):
+    if isinstance(rsc, SamplerSource):
         return rsc.next_layer()
-    if isinstance(rsc, (LayerSlot, Sampler)):
+    if isinstance(rsc, BackwardSampler):
         return rsc
-    if isinstance(rsc, LayerState):
+    if isinstance(getattr(rsc, "index", None), int):  # a controller's LayerState
         raise TypeError(
-            "rsc is a LayerState, which holds a product's state but not the step it runs in; "
-            f"pass controller.slot({rsc.index}) (or the controller itself) instead."
+            f"rsc is a {type(rsc).__name__}, which holds a product's state but not the step "
+            f"it runs in; pass controller.slot({rsc.index}) (or the controller itself) instead."
         )
     if isinstance(rsc, (float, int)) and not isinstance(rsc, bool):
         return Sampler(float(rsc))
@@ -198,7 +193,7 @@ def spmm_csr(
     def build():
         return CSR(indptr, indices, None, shape)
 
-    if isinstance(rsc, RSCController):
+    if isinstance(rsc, SamplerSource):
         # reuse the structure (and its cached transpose) while the same index tensors come in
         base = rsc.structures.get(indptr, build)
         if base.indices is not indices or base.shape != shape:
@@ -272,5 +267,5 @@ def spmm(A, X: torch.Tensor, rsc: RSCArg = None, *, row_scale: Optional[torch.Te
     kw = dict(row_scale=row_scale, col_scale=col_scale, row_divide=row_divide)
     if isinstance(A, CSR):
         return spmm_matrix(A, X, rsc, **kw)
-    cache = rsc.structures if isinstance(rsc, RSCController) else None
+    cache = rsc.structures if isinstance(rsc, SamplerSource) else None
     return spmm_matrix(csr_from_sparse_matrix(A, cache), X, rsc, **kw)

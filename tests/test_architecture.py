@@ -26,6 +26,7 @@ LAYERS = (
                                               "backends", "sampling", "dgl_kernels",
                                               "engines")),
     ("the RSC algorithm", ("config", "solver", "guard", "step_info", "layer_state", "slot",
+                           "backward",
                            "controller", "graph", "dgl_interop", "spmm")),
     ("front ends and training modes", ("nn", "patch", "pyg", "models", "data", "distributed",
                                        "minibatch")),

@@ -26,8 +26,9 @@ from typing import Optional
 
 import torch
 
+from ..backward import feature_grad
 from ..csr import CSR
-from ..products import Scales, csr_mm, csr_t_mm
+from ..products import Scales, csr_mm
 from .exchange import HaloExchange
 from .halo import LocalPartition
 from .runtime import DistContext
@@ -161,10 +162,7 @@ class HaloSpMM(torch.autograd.Function):
         graph = ctx.graph
         scales = Scales(row, None, ctx.row_divide, hint_local)
         A = graph.adj
-        if ctx.state is None:
-            dx_local = csr_t_mm(A, dY, scales)
-        else:
-            dx_local = ctx.state.backward_product(A, dY, scales)
+        dx_local = feature_grad(ctx.state, A, dY, scales)  # the operator's one backward
         n_own = graph.part.n_own
         g_own = dx_local[:n_own].clone()
         graph.exchange.backward(dx_local[n_own:], g_own)
