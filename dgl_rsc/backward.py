@@ -26,8 +26,9 @@ class BackwardSampler(Protocol):
     """Approximates ``A^T @ dY`` for ``A (M, N)`` (with its scales), ``dY (M, D)``; returns
     ``(N, D)``."""
 
-    def backward_product(self, A: CSR, dY: torch.Tensor,
-                         scales: Scales = NO_SCALES) -> torch.Tensor: ...  # fmt: skip
+    def backward_product(
+        self, A: CSR, dY: torch.Tensor, scales: Scales = NO_SCALES
+    ) -> torch.Tensor: ...  # fmt: skip
 
 
 @runtime_checkable

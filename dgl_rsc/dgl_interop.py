@@ -77,6 +77,7 @@ def message_structure_of_dgl(g, cache: Optional[StructureCache] = None):
         )
     gidx = dgl_private.graph_index(g) if dgl_private.available() else None
     if gidx is None or not dgl_private.has_in_csr(gidx):
+
         def build():
             src, dst = g.edges(order="eid")
             return csr_by_destination(src, dst, g.num_src_nodes(), g.num_dst_nodes())

@@ -22,6 +22,7 @@ from .step_info import PHASES, StepInfo
 
 __all__ = ["StepInfo", "LayerSlot", "PHASES"]
 
+
 class LayerSlot:
     """A layer's state bound to one step: what the autograd function's backward calls."""
 

@@ -65,8 +65,9 @@ _INT64_MAX = (1 << 63) - 1
 
 @functools.cache
 def _kernel(device_index: int, name: str):
-    return _cuda_source.cupy_module(_SOURCE, COMPILE_OPTIONS, tuple(NAME_EXPRESSIONS),
-                                    device_index).get_function(name)
+    return _cuda_source.cupy_module(
+        _SOURCE, COMPILE_OPTIONS, tuple(NAME_EXPRESSIONS), device_index
+    ).get_function(name)
 
 
 @functools.cache

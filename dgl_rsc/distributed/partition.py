@@ -86,8 +86,9 @@ def _symmetric_csr(src, dst, n) -> tuple[np.ndarray, np.ndarray]:
     return xadj.numpy(), s.numpy()
 
 
-def metis_assignment(src, dst, n: int, parts: int, seed: int,
-                     instead: str = "use method='random' or 'contiguous'") -> torch.Tensor:
+def metis_assignment(
+    src, dst, n: int, parts: int, seed: int, instead: str = "use method='random' or 'contiguous'"
+) -> torch.Tensor:
     """``(N,)`` int64 METIS part of each node: pymetis on the symmetrized graph without
     self-loops, METIS seeded with ``seed`` (deterministic for a given seed). Without pymetis,
     an ``ImportError`` that says how to install it, or what to do ``instead``."""
