@@ -192,7 +192,7 @@ class RSCController:
         Warns (once) when steps outnumber the training products, e.g. ``step()`` called
         several times per optimizer step, which would bring the switch to exact early."""
         if loss is not None and self.guard is not None and self.phase() == "approx":
-            self.guard.observe(float(loss))
+            self.guard.observe(float(loss.detach() if hasattr(loss, "detach") else loss))
         if self._seen_products and self._bound == 0:
             self._empty_steps += 1
             if self._empty_steps >= 2 and not self._warned_steps:

@@ -225,3 +225,19 @@ def test_steps_outnumbering_products_warn_once(A):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         rsc.step()  # once only
+
+
+def test_step_takes_a_loss_that_requires_grad_without_a_warning(A):
+    """``rsc.step(loss)`` reads the loss for the guard without the warning torch >= 2.3 gives
+    when a tensor that requires grad is turned into a float."""
+    import warnings
+
+    rsc = RSCController(budget=0.2, warmup_steps=0, total_steps=100)
+    X = torch.randn(600, 4, requires_grad=True)
+    run_step(rsc, [A], X, torch.randn(600, 4))
+    assert rsc.phase() == "approx" and rsc.guard is not None
+    loss = (X * 2).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rsc.step(loss)
+    assert rsc.guard.losses[-1] == pytest.approx(float(loss.detach()))

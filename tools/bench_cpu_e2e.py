@@ -123,7 +123,7 @@ def epochs(model, graph, data, ctl, ctx, n, profile=False):
                 times.append(time.perf_counter() - t0)
             if last:
                 prof = categorize(p)
-    return times, prof, float(loss)
+    return times, prof, float(loss.detach())
 
 
 def tta_record(engine, model, graph, data, ctl, ctx, n):

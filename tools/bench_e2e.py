@@ -87,7 +87,7 @@ def train(model, graph, data, epochs, lr, amp, device, rsc=None, profile=False):
             val = accuracy(logits, y, data.val_mask)
             if val > best_val:
                 best_val, test_at_best = val, accuracy(logits, y, data.test_mask)
-    return times, best_val, test_at_best, float(loss)
+    return times, best_val, test_at_best, float(loss.detach())
 
 
 def pyg_model(kind, in_feats, hidden, classes):

@@ -36,7 +36,7 @@ class LocalReducer:
         return F.cross_entropy(logits, label)
 
     def value(self, loss: torch.Tensor) -> float:
-        return float(loss)
+        return float(loss.detach())
 
     def after_backward(self, model) -> None:
         pass

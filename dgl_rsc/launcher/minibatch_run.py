@@ -151,7 +151,7 @@ def minibatch_epoch(run, prep, source: BatchSource, epoch: int) -> dict:
             loss = _batch_loss(task, logits[mask].float(), prep.label[idx][mask], batch, mask,
                                source)  # fmt: skip
         t1 = time.perf_counter()
-        value = float(loss)
+        value = float(loss.detach())
         if not math.isfinite(value):
             return {**out, "loss": value}
         run.backward(loss)
