@@ -115,6 +115,26 @@ def test_sampled_cross_terms_are_unbiased(skip_diagonal):
     assert got.tolist() == [0.0, 2.0, 0.0]
 
 
+@pytest.mark.parametrize("coherent", [False, True])
+def test_ls_scale_with_a_hint_is_the_scale_of_the_scaled_product(coherent):
+    """A layer that scales X itself (``hint_col``) gets the factor it would get with the
+    column scale applied in the product: ``G`` is measured as ``diag(c) G``, through its
+    row norms and the probed rows, without a scaled copy of ``G``."""
+    A, sc = gcn_matrix(800, 10.0)
+    dY = grad(800, 16, coherent, 3)
+    fused = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 0, torch_ref, "ls", sc)
+    G = sample_product(A, fused, dY, sc).clone()  # (N, D), includes diag(c)
+    G_raw = G / sc.col[:, None]  # what the product gives when the caller applies c
+    hint = Scales(row=sc.row, hint_col=sc.col)
+
+    def factor(scales, g):
+        gen = torch.Generator().manual_seed(5)
+        return float(estimate_ls_scale(A, dY, scales, g, fused.scores, fused.mask, 512, gen))
+
+    torch.testing.assert_close(factor(hint, G_raw), factor(sc, G), rtol=1e-5, atol=0)
+    assert factor(sc, G) >= 1.0
+
+
 def test_exact_diagonal_is_always_applied_and_counted():
     A, sc = gcn_matrix(600, 8.0)
     dY = grad(600, 8, False, 3)

@@ -78,6 +78,7 @@ def cross_terms(
 def sampled_cross_terms(
     A: CSR, dY: torch.Tensor, scales: Scales, G: torch.Tensor, rows: torch.Tensor,
     generator: Optional[torch.Generator] = None, skip_diagonal: bool = False,
+    g_scale: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:  # fmt: skip
     """``(R,)`` float64 unbiased estimates of :func:`cross_terms`: for each ``i`` in ``rows``
     one entry ``j`` of row ``i`` drawn uniformly, ``nnz_i * Â[i, j] * <G[j], dY[i]>`` (0 for
@@ -85,6 +86,7 @@ def sampled_cross_terms(
 
     Args:
         A: ``(M, N)``; ``dY (M, D)``; ``G (N, D)``; ``rows (R,)`` int64 row ids of ``A``.
+        g_scale: ``(N,)`` row scale of ``G`` (the terms of ``diag(g_scale) G``), or ``None``.
     """
     rows = rows.long()
     indptr = A.indptr.long()
@@ -98,7 +100,18 @@ def sampled_cross_terms(
         return torch.zeros(rows.numel(), dtype=torch.float64, device=G.device)
     cols = A.indices.long()[ent]
     w = _entry_weights(A, scales, lens.double(), ent, rows, cols, skip_diagonal)
+    if g_scale is not None:
+        w = w * g_scale.double()[cols]
     return (G[cols].double() * dY[rows].double()).sum(1) * w
+
+
+def _squared_norm(G: torch.Tensor, h: Optional[torch.Tensor]) -> float:
+    """``||diag(h) G||_F^2`` of ``G (N, D)`` (``h (N,)`` or ``None``: 1), from the fp32 row
+    norms: one pass over ``G``, no scaled copy."""
+    rows = torch.linalg.vector_norm(G.float(), dim=1)
+    if h is not None:
+        rows = rows * h.to(rows.dtype).abs()
+    return float(torch.linalg.vector_norm(rows)) ** 2
 
 
 def estimate_ls_scale(
@@ -125,28 +138,30 @@ def estimate_ls_scale(
             through one uniformly drawn entry (:func:`sampled_cross_terms`).
     """
     s = torch.nan_to_num(scores.float(), nan=0.0, posinf=0.0, neginf=0.0).clamp(min=0)
-    total, kept_mass = s.sum(), s[kept].sum()
-    if scales.col is None and scales.hint_col is not None:
-        # the caller applied the column scale to X itself: measure G in the space of the
-        # normalized matrix, as if the scale had been applied here (the same factor whether
-        # a layer fuses the scale into the product or scales X first, as stock DGL does)
-        G_kept = G_kept * scales.hint_col.to(G_kept.dtype).reshape(-1, 1)
+    total = s.sum()
+    dropped_s = torch.where(kept, torch.zeros_like(s), s)
     one = torch.ones((), dtype=torch.float32, device=s.device)
+    kept_mass = total - dropped_s.sum()
     if float(kept_mass) <= 0:
         return one
     mass = total / kept_mass
-    dropped = torch.nonzero(~kept & (s > 0)).squeeze(1)
-    g2 = float(torch.linalg.vector_norm(G_kept.float())) ** 2  # fp32, pairwise: no copy
+    # the caller may apply the column scale to X itself (hint_col): G is measured in the space
+    # of the normalized matrix, as if the scale had been applied here (the same factor whether
+    # a layer fuses the scale into the product or scales X first, as stock DGL does); the
+    # scale enters through G's row norms and the probed rows, never as a scaled copy of G
+    h = scales.hint_col if scales.col is None else None
+    g2 = _squared_norm(G_kept, h)
     if not math.isfinite(g2):  # a NaN/Inf in dY: estimate from the finite entries only, so
         G_kept = torch.nan_to_num(G_kept.float(), nan=0.0, posinf=0.0, neginf=0.0)  # the
-        g2 = float(torch.linalg.vector_norm(G_kept)) ** 2  # factor stays finite
+        g2 = _squared_norm(G_kept, h)  # factor stays finite
+    dropped = torch.nonzero(dropped_s).squeeze(1)
     if dropped.numel() == 0 or probe_rows <= 0 or not 0 < g2 < math.inf:
         return one
-    p = s[dropped].double()
+    p = dropped_s[dropped].double()
     p = p / p.sum()
     pick = torch.multinomial(p, probe_rows, replacement=True, generator=generator)
     cross = sampled_cross_terms(A, dY, scales, G_kept, dropped[pick], generator,
-                                skip_diagonal) / p[pick]  # fmt: skip
+                                skip_diagonal, h) / p[pick]  # fmt: skip
     se = float(cross.std()) / probe_rows**0.5 if probe_rows > 1 else float("inf")
     lower = float(cross.mean()) - CONFIDENCE * se
     if not math.isfinite(lower):  # NaN/Inf in a probed row: no evidence for a factor
