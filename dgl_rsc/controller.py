@@ -288,7 +288,20 @@ class RSCController:
             self._solve_fixed(ready)
 
     def _solve_fixed(self, ready: list) -> None:
-        """The greedy allocation of the fixed budget (times the guard's boost)."""
+        """The greedy allocation of the fixed budget (times the guard's boost) in work units
+        (``nnz * width``) over :meth:`_problems`; this process keeps :meth:`_share`."""
+        problems, fixed_nnz, owners = self._problems(ready)
+        exact_work = sum((float(p.nnz.sum()) + f) * p.width for p, f in zip(problems, fixed_nnz))
+        fixed_work = sum(f * p.width for p, f in zip(problems, fixed_nnz))
+        budget = min(self.config.fraction * self.boost, 1.0)
+        alloc = allocate(problems, max(budget * exact_work - fixed_work, 0.0))
+        self.allocation = self._share(ready, problems, owners, alloc)
+        self.alloc_version += 1
+        self.last_allocation = alloc
+
+    def _problems(self, ready: list) -> tuple:
+        """``(problems, fixed_nnz, owners)``: each layer's solver input over this process's
+        rows, the non-zeros visited anyway (an exact diagonal), row owners (``None``)."""
         cfg = self.config
         rule = get_rule(cfg.rule)
         problems = [
@@ -296,13 +309,11 @@ class RSCController:
                          s.row_nnz, s.stats.width, cfg.min_k)
             for s in ready
         ]  # fmt: skip
-        exact_work = sum((float(s.row_nnz.sum()) + s.fixed_nnz) * s.stats.width for s in ready)
-        fixed_work = sum(s.fixed_nnz * s.stats.width for s in ready)
-        budget = min(cfg.fraction * self.boost, 1.0)
-        alloc = allocate(problems, max(budget * exact_work - fixed_work, 0.0))
-        self.allocation = {s.index: (nnz, s.generation) for s, nnz in zip(ready, alloc.nnz)}
-        self.alloc_version += 1
-        self.last_allocation = alloc
+        return problems, [float(s.fixed_nnz) for s in ready], None
+
+    def _share(self, ready: list, problems: list, owners, alloc) -> dict:
+        """``{layer index: (non-zeros, score generation)}`` kept here: all of ``alloc``."""
+        return {s.index: (nnz, s.generation) for s, nnz in zip(ready, alloc.nnz)}
         log.debug("step %d: allocation k=%s nnz=%s", self.step_count, alloc.k, alloc.nnz)
 
     def note_not_approximated(self, reason: str) -> bool:

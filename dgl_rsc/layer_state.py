@@ -129,13 +129,15 @@ class LayerState:
     def refresh(self, A: CSR, dY: torch.Tensor, scales: Scales, step: StepInfo, backend):
         """Draw, store and return a new sample of ``A`` for ``dY``; its scores feed the
         running average. The non-zero budget is the step's allocation when it was solved
-        from this matrix's scores, else the configured fraction of ``A``'s non-zeros."""
+        from this matrix's scores, else the configured fraction of ``A``'s non-zeros (less
+        a diagonal applied exactly, which every product visits on top of the sample)."""
         cfg = step.config
         alloc = step.allocation
         if alloc is not None and alloc[1] == self.generation and self.ema_token == A.token:
-            budget = alloc[0] + self.fixed_nnz
+            budget = alloc[0]  # the solver's unit: sampled non-zeros
         else:
-            budget = int(cfg.fraction * A.nnz)
+            diag = A.diagonal() if cfg.diagonal == "exact" else None
+            budget = int(cfg.fraction * A.nnz) - (0 if diag is None else int(diag[1].sum()))
         timer = Timer(dY.device)
         norms = self.norms(A, scales, cfg.diagonal == "exact" and A.diagonal() is not None)
         sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.rescale, scales,

@@ -54,6 +54,27 @@ def test_halo_product_equals_the_global_product(tmp_path, mode):
         assert min(sent) >= 0
 
 
+def test_the_distributed_solve_is_the_single_process_solve_shared_by_rank(tmp_path):
+    """The ranks gather their rows, solve the same global problem and each keeps its rows'
+    share: together exactly what one process holding every row allocates."""
+    sys.path.insert(0, str(ROOT / "tests" / "workers"))
+    from solve_rows import fill_layers
+
+    from dgl_rsc import RSCController
+
+    proc = torchrun(2, str(ROOT / "tests" / "workers" / "worker_solve.py"), str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = RSCController(budget=0.2, guard=False, min_k=3)
+    fill_layers(one, ranks=[0, 1])
+    one.solve()
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    for r in ranks:
+        assert r["k"] == one.last_allocation.k and r["nnz"] == one.last_allocation.nnz
+    for layer in range(2):
+        assert sum(r["mine"][layer] for r in ranks) == one.allocation[layer][0]
+        assert all(r["mine"][layer] > 0 for r in ranks)
+
+
 def write_config(tmp_path, **sections):
     cfg = {
         "dataset": {"name": "synthetic", "num_nodes": 500, "avg_degree": 8.0, "num_classes": 4,

@@ -82,7 +82,8 @@ def selection_rows(A, scales, dY, budget):
          budget * A.nnz + n_diag),
     ]  # fmt: skip
     for name, sc, rule, diag, nnz_budget in variants:
-        s = draw_sample(A, dY, int(nnz_budget), rule, 10, torch_ref, False, sc, diag)
+        sampled = int(nnz_budget) - (n_diag if diag == "exact" else 0)  # the diagonal on top
+        s = draw_sample(A, dY, sampled, rule, 10, torch_ref, False, sc, diag)
         if sc is binary:  # score without the column scale, multiply with it
             approx = sample_product(A, s, dY, Scales(row=scales.row)) * scales.col[:, None]
         else:
@@ -95,7 +96,9 @@ def selection_rows(A, scales, dY, budget):
 
 def scale_rows(A, scales, dY, budget, rule, diag, probe_rows, seed):
     G = csr_t_mm(A, dY, scales)
-    s = draw_sample(A, dY, int(budget * A.nnz), rule, 10, torch_ref, False, scales, diag)
+    n_diag = int(A.diagonal()[1].sum()) if diag == "exact" else 0  # applied on top
+    s = draw_sample(A, dY, int(budget * A.nnz) - n_diag, rule, 10, torch_ref, False, scales,
+                    diag)  # fmt: skip
     GS = sample_product(A, s, dY, scales)
     mask = s.mask
     sc = torch.nan_to_num(s.scores)

@@ -17,7 +17,7 @@ import torch.distributed as dist
 
 from ..controller import RSCController
 from ..sampling import get_rule, selection_key
-from ..solver import LayerProblem, allocate
+from ..solver import LayerProblem
 from .runtime import DistContext, DistributedError
 
 __all__ = ["DistributedRSCController", "gather_rows"]
@@ -78,11 +78,11 @@ class DistributedRSCController(RSCController):
         t = torch.tensor([float(v) for v in values], dtype=torch.float64)
         return self.ctx.all_reduce_(t, op="max").tolist()
 
-    def _solve_fixed(self, ready: list) -> None:
-        """Gather, solve the global problem, keep this rank's share (same on every rank)."""
+    def _problems(self, ready: list) -> tuple:
+        """Every rank's rows of each layer, gathered in rank order (the same problems on
+        every rank), the diagonal non-zeros summed over ranks, and each row's rank."""
         cfg, rule = self.config, get_rule(self.config.rule)
-        problems, owners, fixed = [], [], 0.0
-        exact_work = 0.0
+        problems, fixed, owners = [], [], []
         for s in ready:
             key = selection_key(s.ema, s.row_nnz, cfg.rule).double()
             rows = torch.stack([key, rule.mass(s.ema).double(), s.row_nnz.double()], dim=1)
@@ -91,16 +91,15 @@ class DistributedRSCController(RSCController):
             self.ctx.all_reduce_(fixed_l)
             problems.append(LayerProblem(rows[:, 0].float(), rows[:, 1], rows[:, 2].long(),
                                          s.stats.width, cfg.min_k))  # fmt: skip
+            fixed.append(float(fixed_l))
             owners.append(owner)
-            exact_work += (float(rows[:, 2].sum()) + float(fixed_l)) * s.stats.width
-            fixed += float(fixed_l) * s.stats.width
-        budget = min(cfg.fraction * self.boost, 1.0)
-        alloc = allocate(problems, max(budget * exact_work - fixed, 0.0))
+        return problems, fixed, owners
+
+    def _share(self, ready: list, problems: list, owners, alloc) -> dict:
+        """The non-zeros of this rank's rows among each layer's globally kept prefix."""
         mine = {}
         for s, p, owner, k in zip(ready, problems, owners, alloc.k):
             order = torch.sort(p.key, descending=True, stable=True).indices[:k]
             kept = order[owner[order] == self.ctx.rank]
             mine[s.index] = (int(p.nnz[kept].sum()), s.generation)
-        self.allocation = mine
-        self.alloc_version += 1
-        self.last_allocation = alloc
+        return mine

@@ -91,12 +91,15 @@ def draw_sample(
     Args:
         A: ``(M, N)`` sparse matrix (scaled by ``scales`` in the product).
         dY: ``(M, D)`` output gradient.
+        nnz_budget: the most non-zeros the sampled rows may hold, in the unit the budget
+            solver allocates: a diagonal applied exactly (``diagonal="exact"``) comes on top
+            and is not part of it.
         rescale: ``"mass"`` sets :func:`mass_scale` as the sample's factor; ``"ls"`` and
             ``"none"`` leave it unset (the least-squares factor needs the product: see
             :func:`apply_scale`).
         diagonal: ``"exact"`` keeps every diagonal (self-loop) entry in the slice, so its
-            term is computed exactly, and samples rows of the off-diagonal part with what is
-            left of the budget; ``"sample"`` treats it like any other entry.
+            term is computed exactly, and samples rows of the off-diagonal part under
+            ``nnz_budget``; ``"sample"`` treats it like any other entry.
         norms: ``(M,)`` :func:`row_norms` of ``A`` and ``scales`` when the caller has them
             (they depend on the matrix alone), else computed here.
         min_k: the fewest rows kept; at least 1 whenever a row has a non-zero score, even
@@ -107,7 +110,7 @@ def draw_sample(
     """
     diag = A.diagonal() if diagonal == "exact" else None
     row_nnz = A.row_nnz() if diag is None else A.row_nnz() - diag[1]
-    budget = int(nnz_budget) - (0 if diag is None else int(diag[1].sum()))
+    budget = int(nnz_budget)
     if norms is None:
         norms = row_norms(A, scales, skip_diagonal=diag is not None)
     scores = backend.row_scores(norms, dY)
