@@ -135,9 +135,8 @@ def minibatch_epoch(run, prep, source: BatchSource, epoch: int) -> dict:
     dev, task = prep.device, prep.data.task
     out = {"loss": 0.0, "epoch_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "step_s": 0.0}
     steps = nodes = 0
-    run.model.train()
     for batch in source.loader.epoch(epoch - 1):
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # the batch's graph and features count as its forward
         graph = source.graph(batch, dev)
         idx = batch.nodes.to(dev)
         mask = prep.masks["train"][idx]
@@ -145,23 +144,19 @@ def minibatch_epoch(run, prep, source: BatchSource, epoch: int) -> dict:
             continue  # no training node in this batch: no loss, no step
         ew = source.edge_weight(batch)
         feat = prep.feat[idx]
-        with run.autocast():  # train.amp, as in full-graph steps (a no-op on CPU)
-            kw = {} if ew is None else {"edge_weight": ew}
+        kw = {} if ew is None else {"edge_weight": ew}
+
+        def forward_loss(graph=graph, feat=feat, kw=kw, idx=idx, mask=mask, batch=batch):
             logits = run.model(graph, feat, **kw)
-            loss = _batch_loss(task, logits[mask].float(), prep.label[idx][mask], batch, mask,
+            return _batch_loss(task, logits[mask].float(), prep.label[idx][mask], batch, mask,
                                source)  # fmt: skip
-        t1 = time.perf_counter()
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            return {**out, "loss": value}
-        run.backward(loss)
-        t2 = time.perf_counter()
-        run.step()
-        t3 = time.perf_counter()
-        for k, v in (("forward_s", t1 - t0), ("backward_s", t2 - t1), ("step_s", t3 - t2)):
-            out[k] += v
-        out["epoch_s"] += t3 - t0
-        out["loss"] += value
+
+        # the same step as full-graph training; a batch's loss is too noisy for the guard
+        step = run.train_step(forward_loss, prep.reducer, dev, feed_guard=False, start=t0)
+        if not math.isfinite(step["loss"]):
+            return {**out, "loss": step["loss"]}
+        for k in ("forward_s", "backward_s", "step_s", "epoch_s", "loss"):
+            out[k] += step[k]
         steps += 1
         nodes += idx.numel()
     out["loss"] /= max(steps, 1)

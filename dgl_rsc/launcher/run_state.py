@@ -1,18 +1,26 @@
 """What one training run trains with (model, graph, optimizer, controller, AMP), and the one
-code path of its autocast, backward and optimizer step, shared by full-graph and mini-batch
-epochs."""
+training step of every mode: full-graph, distributed and mini-batch epochs differ only in the
+forward they hand to :meth:`RunState.train_step` and in the loop around it."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Optional
+import math
+import time
+from typing import Callable, Optional
 
 import torch
 
 from ..controller import RSCController
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "sync"]
+
+
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA), so that a timer measures it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 @dataclasses.dataclass
@@ -48,3 +56,34 @@ class RunState:
             self.opt.step()
         if self.ctl is not None:
             self.ctl.step(loss)
+
+    def train_step(self, forward_loss: Callable[[], torch.Tensor], reducer, device,
+                   feed_guard: bool = True, start: Optional[float] = None) -> dict:  # fmt: skip
+        """One optimizer step: ``forward_loss()`` under the run's autocast, the loss's value
+        through ``reducer`` (summed over ranks in a distributed run), the backward, the
+        reducer's gradient sum, the optimizer step and RSC's ``step`` (given the loss when
+        ``feed_guard``, for the guard's loss trend).
+
+        A non-finite loss stops before the backward and returns ``{"loss": value}`` (the
+        caller stops the run). Otherwise returns the loss and the step's seconds:
+        ``epoch_s`` (from ``start``, default the call), ``forward_s``, ``backward_s``,
+        ``step_s``.
+        """
+        self.model.train()
+        t0 = time.perf_counter() if start is None else start
+        with self.autocast():
+            loss = forward_loss()
+        sync(device)
+        t1 = time.perf_counter()
+        value = reducer.value(loss)
+        if not math.isfinite(value):
+            return {"loss": value}
+        self.backward(loss)
+        reducer.after_backward(self.model)
+        sync(device)
+        t2 = time.perf_counter()
+        self.step(value if feed_guard else None)
+        sync(device)
+        t3 = time.perf_counter()
+        return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,
+                "backward_s": t2 - t1, "step_s": t3 - t2}  # fmt: skip

@@ -31,7 +31,6 @@ import math
 import os
 import random
 import sys
-import time
 from typing import Callable, Optional
 
 import numpy as np
@@ -148,33 +147,16 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
                 batches)  # fmt: skip
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _train_step(run: RunState, prep: Prepared) -> dict:
-    """One full-batch optimizer step, timed in three parts (seconds)."""
-    mask, dev = prep.masks["train"], prep.device
-    run.model.train()
-    t0 = time.perf_counter()
-    with run.autocast():
+    """One full-graph optimizer step (:meth:`RunState.train_step`; in a distributed run the
+    reducer sums the loss and the gradients over ranks); the loss feeds the guard."""
+    mask = prep.masks["train"]
+
+    def forward_loss():
         logits = run.model(run.graph, prep.feat)
-        loss = prep.reducer.loss(prep.data.task, logits[mask].float(), prep.label[mask])
-    _sync(dev)
-    t1 = time.perf_counter()
-    value = prep.reducer.value(loss)  # the whole graph's loss (summed over ranks)
-    if not math.isfinite(value):
-        return {"loss": value}  # no backward, no step: the caller stops the run
-    run.backward(loss)
-    prep.reducer.after_backward(run.model)  # gradients summed over ranks
-    _sync(dev)
-    t2 = time.perf_counter()
-    run.step(value)  # the loss feeds the guard (full-graph runs)
-    _sync(dev)
-    t3 = time.perf_counter()
-    return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,
-            "backward_s": t2 - t1, "step_s": t3 - t2}  # fmt: skip
+        return prep.reducer.loss(prep.data.task, logits[mask].float(), prep.label[mask])
+
+    return run.train_step(forward_loss, prep.reducer, prep.device)
 
 
 def _counters(ctl: Optional[RSCController]) -> tuple:
