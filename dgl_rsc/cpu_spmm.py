@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["spmm_rows", "run_chunked", "NUMBA_DTYPES", "PARALLEL_MIN_WORK"]
+__all__ = ["spmm_rows", "run_chunked", "run_ranges", "NUMBA_DTYPES", "PARALLEL_MIN_WORK"]
 
 #: products with fewer ``nnz * D`` multiply-adds than this run in the calling thread
 PARALLEL_MIN_WORK = 1 << 18
@@ -264,11 +264,18 @@ def run_chunked(indptr: np.ndarray, r0: int, r1: int, width: int, run) -> None:
         run(r0, r1)
         return
     parts = max(1, min(threads * CHUNKS_PER_THREAD, work // (PARALLEL_MIN_WORK // 4)))
-    ranges = _chunks(indptr, r0, r1, parts)
+    run_ranges(_chunks(indptr, r0, r1, parts), run, threads)
+
+
+def run_ranges(ranges: list, run, threads: int) -> None:
+    """``run(a, b)`` for every ``(a, b)`` of ``ranges``, claimed one at a time by the calling
+    thread and ``threads - 1`` pool workers (see :func:`run_chunked`); returns when all are
+    done and re-raises a worker's error."""
     claim = _Claims(ranges, run)
-    executor = _POOL.get(threads - 1)
-    for _ in range(threads - 1):
-        executor.submit(claim.work)
+    if threads > 1:
+        executor = _POOL.get(threads - 1)
+        for _ in range(threads - 1):
+            executor.submit(claim.work)
     claim.work()
     claim.wait()
 

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from ..cpu_spmm import run_chunked
+from ..cpu_spmm import run_chunked, run_ranges
 from ..sampling.rules import kept_count
 from . import torch_ref
 
@@ -180,24 +180,67 @@ def slice_transposed(
 
 
 @njit(**_OPTS)
-def _slice_rows(indptr, indices, values, use_vals, mask, n_cols, out_indptr, out_idx, out_vals):
-    m = indptr.shape[0] - 1
-    for i in range(m):
-        if mask[i]:
-            for p in range(indptr[i], indptr[i + 1]):
-                out_indptr[indices[p] + 1] += 1
-    for j in range(n_cols):
-        out_indptr[j + 1] += out_indptr[j]
-    pos = out_indptr[:-1].copy()
-    for i in range(m):
-        if mask[i]:
-            for p in range(indptr[i], indptr[i + 1]):
-                j = indices[p]
-                q = pos[j]
-                out_idx[q] = i
-                if use_vals:
-                    out_vals[q] = values[p]
-                pos[j] = q + 1
+def _count_cols(indptr, indices, rows, t0, t1, counts):
+    """``counts[j] +=`` the entries in column ``j`` of the kept rows ``rows[t0:t1]``."""
+    for t in range(t0, t1):
+        i = rows[t]
+        for p in range(indptr[i], indptr[i + 1]):
+            counts[indices[p]] += 1
+
+
+@njit(**_OPTS)
+def _part_offsets(counts, out_indptr):
+    """Column pointers of the slice from per-part column counts ``counts (P, N)``, which
+    become each part's first position per column (part ``p``'s entries of a column follow
+    those of parts ``< p``: lower rows first, as in the serial cut)."""
+    acc = 0
+    for j in range(counts.shape[1]):
+        out_indptr[j] = acc
+        for q in range(counts.shape[0]):
+            c = counts[q, j]
+            counts[q, j] = acc
+            acc += c
+    out_indptr[counts.shape[1]] = acc
+
+
+@njit(**_OPTS)
+def _scatter_rows(indptr, indices, values, use_vals, rows, t0, t1, pos, out_idx, out_vals):
+    """Write the kept rows ``rows[t0:t1]`` (ascending) into their columns' next positions."""
+    for t in range(t0, t1):
+        i = rows[t]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            q = pos[j]
+            out_idx[q] = i
+            if use_vals:
+                out_vals[q] = values[p]
+            pos[j] = q + 1
+
+
+#: the most parts a parallel cut splits its rows into (each keeps ``N`` column counts)
+MAX_CUT_PARTS = 4
+#: kept non-zeros below which the cut runs in the calling thread
+PARALLEL_CUT_MIN = 1 << 18
+
+
+def _cut(ip, ix, vals, use_vals, rows, lens, n_cols, parts, out_idx, out_vals):
+    """A counting sort of the kept rows' entries by column, in ``parts`` runs of kept rows of
+    about equal non-zeros (run at once by ``parts`` threads): each counts its columns, the
+    counts give every part its positions, each writes its rows. Returns the column pointers."""
+    ptr = np.concatenate(([0], np.cumsum(lens)))
+    cuts = np.searchsorted(ptr, np.linspace(0, ptr[-1], parts + 1))
+    cuts[0], cuts[-1] = 0, rows.size
+    ranges = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
+    part_of = {r: q for q, r in enumerate(ranges)}
+    counts = np.zeros((len(ranges), n_cols), ip.dtype)
+    run_ranges(ranges, lambda a, b: _count_cols(ip, ix, rows, a, b, counts[part_of[(a, b)]]),
+               parts)  # fmt: skip
+    out_indptr = np.empty(n_cols + 1, ip.dtype)
+    _part_offsets(counts, out_indptr)
+    run_ranges(ranges, lambda a, b: _scatter_rows(ip, ix, vals, use_vals, rows, a, b,
+                                                  counts[part_of[(a, b)]], out_idx, out_vals),
+               parts)  # fmt: skip
+    return out_indptr
 
 
 def slice_rows(
@@ -209,17 +252,22 @@ def slice_rows(
 ):
     """CSR ``(indptr (N+1,), indices, values or None)`` of ``A[S, :]^T`` (shape ``(N, M)``)
     from ``A``'s own CSR and the kept-row mask ``row_mask (M,)``: identical to
-    :func:`slice_transposed` on ``A``'s cached transpose (without ``entry_keep``)."""
+    :func:`slice_transposed` on ``A``'s cached transpose (without ``entry_keep``). With
+    several threads and many kept non-zeros the rows are cut in up to
+    :data:`MAX_CUT_PARTS` parts at once, with the same result."""
     ip, ix = indptr.numpy(), indices.numpy()
     mask = row_mask.numpy()
     rows = np.nonzero(mask)[0]
-    kept = int((ip[rows + 1] - ip[rows]).sum()) if rows.size else 0
-    out_indptr = np.zeros(int(shape[1]) + 1, ip.dtype)
+    lens = ip[rows + 1] - ip[rows]
+    kept = int(lens.sum()) if rows.size else 0
+    n_cols = int(shape[1])
     out_idx = np.empty(kept, ix.dtype)
     use_vals = values is not None
     vals = values.detach().contiguous().numpy() if use_vals else np.zeros(1, np.float32)
     out_vals = np.empty(kept if use_vals else 1, vals.dtype)
-    _slice_rows(ip, ix, vals, use_vals, mask, int(shape[1]), out_indptr, out_idx, out_vals)
+    parts = min(torch.get_num_threads(), MAX_CUT_PARTS) if kept >= PARALLEL_CUT_MIN else 1
+    parts = max(min(parts, rows.size), 1)
+    out_indptr = _cut(ip, ix, vals, use_vals, rows, lens, n_cols, parts, out_idx, out_vals)
     return (
         torch.from_numpy(out_indptr),
         torch.from_numpy(out_idx),
