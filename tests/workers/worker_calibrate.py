@@ -9,6 +9,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from leave import leave
 
 from dgl_rsc.distributed import calibrate
 from dgl_rsc.distributed.runtime import init_from_env
@@ -21,3 +22,4 @@ model = calibrate.calibrate(sizes=(1 << 10, 1 << 23, 1 << 25), repeats=5, timeou
 with open(os.path.join(out_dir, f"rank{ctx.rank}.txt"), "w") as f:
     f.write(f"{model.alpha!r} {model.beta!r}")
 dist.barrier()  # no rank leaves while another still talks to it
+leave()

@@ -10,6 +10,7 @@ import os
 import sys
 
 import torch
+from leave import leave
 
 from dgl_rsc import RSCController
 from dgl_rsc.distributed.controller import DistributedRSCController
@@ -48,3 +49,4 @@ torch.save(
     {"owned": lp.owned, "y": y.detach(), "grad": x_own.grad, "backward_sent": before},
     os.path.join(out_dir, f"rank{ctx.rank}.pt"),
 )
+leave()

@@ -14,6 +14,7 @@ from dgl_rsc.distributed.controller import DistributedRSCController
 from dgl_rsc.distributed.runtime import init_from_env
 
 sys.path.insert(0, os.path.dirname(__file__))
+from leave import leave
 from solve_rows import fill_layers
 
 out_dir = sys.argv[1]
@@ -27,3 +28,4 @@ torch.save(
     {"mine": {i: nnz for i, (nnz, _) in ctl.allocation.items()}, "k": alloc.k, "nnz": alloc.nnz},
     os.path.join(out_dir, f"rank{ctx.rank}.pt"),
 )
+leave()
