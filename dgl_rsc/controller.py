@@ -298,6 +298,7 @@ class RSCController:
         self.allocation = self._share(ready, problems, owners, alloc)
         self.alloc_version += 1
         self.last_allocation = alloc
+        log.debug("step %d: allocation k=%s nnz=%s", self.step_count, alloc.k, alloc.nnz)
 
     def _problems(self, ready: list) -> tuple:
         """``(problems, fixed_nnz, owners)``: each layer's solver input over this process's
@@ -314,7 +315,6 @@ class RSCController:
     def _share(self, ready: list, problems: list, owners, alloc) -> dict:
         """``{layer index: (non-zeros, score generation)}`` kept here: all of ``alloc``."""
         return {s.index: (nnz, s.generation) for s, nnz in zip(ready, alloc.nnz)}
-        log.debug("step %d: allocation k=%s nnz=%s", self.step_count, alloc.k, alloc.nnz)
 
     def note_not_approximated(self, reason: str) -> bool:
         """Count a training product that a caller (the DGL patch) left exact because RSC

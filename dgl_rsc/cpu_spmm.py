@@ -268,9 +268,10 @@ def run_chunked(indptr: np.ndarray, r0: int, r1: int, width: int, run) -> None:
 
 
 def run_ranges(ranges: list, run, threads: int) -> None:
-    """``run(a, b)`` for every ``(a, b)`` of ``ranges``, claimed one at a time by the calling
-    thread and ``threads - 1`` pool workers (see :func:`run_chunked`); returns when all are
-    done and re-raises a worker's error."""
+    """``run(*r)`` for every tuple ``r`` of ``ranges`` (row ranges ``(a, b)``, or with a part
+    number first), claimed one at a time by the calling thread and ``threads - 1`` pool
+    workers (see :func:`run_chunked`); returns when all are done and re-raises a worker's
+    error."""
     claim = _Claims(ranges, run)
     if threads > 1:
         executor = _POOL.get(threads - 1)

@@ -133,13 +133,13 @@ class LayerState:
         a diagonal applied exactly, which every product visits on top of the sample)."""
         cfg = step.config
         alloc = step.allocation
+        diag = A.diagonal() if cfg.diagonal == "exact" else None
         if alloc is not None and alloc[1] == self.generation and self.ema_token == A.token:
             budget = alloc[0]  # the solver's unit: sampled non-zeros
         else:
-            diag = A.diagonal() if cfg.diagonal == "exact" else None
             budget = int(cfg.fraction * A.nnz) - (0 if diag is None else int(diag[1].sum()))
         timer = Timer(dY.device)
-        norms = self.norms(A, scales, cfg.diagonal == "exact" and A.diagonal() is not None)
+        norms = self.norms(A, scales, diag is not None)
         sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.rescale, scales,
                              cfg.diagonal, norms)  # fmt: skip
         self.stats.refreshed(timer.stop(), sample.k)

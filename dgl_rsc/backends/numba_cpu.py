@@ -230,15 +230,13 @@ def _cut(ip, ix, vals, use_vals, rows, lens, n_cols, parts, out_idx, out_vals):
     ptr = np.concatenate(([0], np.cumsum(lens)))
     cuts = np.searchsorted(ptr, np.linspace(0, ptr[-1], parts + 1))
     cuts[0], cuts[-1] = 0, rows.size
-    ranges = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
-    part_of = {r: q for q, r in enumerate(ranges)}
+    ranges = [(q, int(a), int(b)) for q, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
     counts = np.zeros((len(ranges), n_cols), ip.dtype)
-    run_ranges(ranges, lambda a, b: _count_cols(ip, ix, rows, a, b, counts[part_of[(a, b)]]),
-               parts)  # fmt: skip
+    run_ranges(ranges, lambda q, a, b: _count_cols(ip, ix, rows, a, b, counts[q]), parts)
     out_indptr = np.empty(n_cols + 1, ip.dtype)
     _part_offsets(counts, out_indptr)
-    run_ranges(ranges, lambda a, b: _scatter_rows(ip, ix, vals, use_vals, rows, a, b,
-                                                  counts[part_of[(a, b)]], out_idx, out_vals),
+    run_ranges(ranges, lambda q, a, b: _scatter_rows(ip, ix, vals, use_vals, rows, a, b,
+                                                     counts[q], out_idx, out_vals),
                parts)  # fmt: skip
     return out_indptr
 
