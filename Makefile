@@ -9,7 +9,8 @@ HASH := $(shell cat requirements/lock.txt setup.cfg | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-$(HASH)
 VENV_MODERN := .venv-modern
 PY_MODERN := $(VENV_MODERN)/bin/python
-HASH_MODERN := $(shell cat requirements/lock-modern.txt setup.cfg | sha1sum | cut -c1-12)
+HASH_MODERN := $(shell cat requirements/lock-modern.txt requirements/source-modern.txt setup.cfg \
+	| sha1sum | cut -c1-12)
 STAMP_MODERN := $(VENV_MODERN)/.installed-$(HASH_MODERN)
 # the tests that need DGL carry the `dgl` marker, those that need torch_geometric the `pyg`
 # marker: tests/conftest.py deselects them where the dependency does not import (never skips)
@@ -28,10 +29,12 @@ $(STAMP): requirements/lock.txt setup.cfg pyproject.toml
 
 venv-modern: $(STAMP_MODERN)
 
-$(STAMP_MODERN): requirements/lock-modern.txt setup.cfg pyproject.toml
+$(STAMP_MODERN): requirements/lock-modern.txt requirements/source-modern.txt setup.cfg pyproject.toml
 	rm -rf $(VENV_MODERN)
 	$(PYTHON) -m venv $(VENV_MODERN)
 	$(PY_MODERN) -m pip install --quiet --disable-pip-version-check -r requirements/lock-modern.txt
+	MAX_JOBS=2 $(PY_MODERN) -m pip install --quiet --disable-pip-version-check --no-deps \
+		--no-build-isolation -r requirements/source-modern.txt
 	$(PY_MODERN) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -48,7 +51,7 @@ test-modern: $(STAMP_MODERN)
 # the distributed tests that start several processes (2 and 4 gloo workers, real graphs,
 # faults, resume): longer than `make test`
 test-dist: $(STAMP)
-	$(PY) -m pytest -m slow tests/test_distributed.py tests/test_distributed_slow.py
+	$(PY) -m pytest -m slow tests/distributed/test_distributed.py tests/distributed/test_distributed_slow.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dgl_rsc tests tools

@@ -7,12 +7,12 @@ Entry points: :func:`patch` (stock DGL models), :mod:`dgl_rsc.nn` (drop-in convs
 :func:`spmm` / :func:`spmm_csr` (the operator), and the ``dgl-rsc`` launcher.
 """
 
-from .config import ConfigError, RSCConfig
-from .controller import RSCController
-from .csr import CSR
-from .graph import Graph
-from .patch import is_patched, patch
-from .spmm import spmm, spmm_csr, spmm_matrix
+from .core.config import ConfigError, RSCConfig
+from .core.controller import RSCController
+from .core.spmm import spmm, spmm_csr, spmm_matrix
+from .dgl.patch import is_patched, patch
+from .sparse.csr import CSR
+from .sparse.graph import Graph
 
 __all__ = [
     "CSR",

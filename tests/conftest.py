@@ -9,8 +9,8 @@ os.environ.setdefault("OUTDATED_IGNORE", "1")  # ogb's version check needs the n
 import pytest
 import torch
 
-from dgl_rsc import _deps
-from dgl_rsc.csr import CSR
+from dgl_rsc.base import _deps
+from dgl_rsc.sparse.csr import CSR
 
 DEVICES = [pytest.param("cpu", id="cpu")]
 if torch.cuda.is_available():
@@ -88,15 +88,30 @@ def small_graph():
 
 
 # A test that needs DGL carries the `dgl` marker (``requires_dgl`` is the same marker); one that
-# needs torch_geometric the `pyg` marker. Where the dependency does not import, such tests are
-# deselected (counted in pytest's summary), never skipped-to-pass: the torch 2.2 environment
-# (`make test`) runs the DGL tests, the torch 2.15 one (`make test-modern`) the PyG tests.
+# needs torch_geometric the `pyg` marker, torch_sparse's SparseTensor the `torch_sparse` marker.
+# Where the dependency does not import, such tests are deselected (counted in pytest's summary),
+# never skipped-to-pass: the torch 2.2 environment (`make test`) runs the DGL tests, the torch
+# 2.15 one (`make test-modern`) the PyG and SparseTensor tests.
 requires_dgl = pytest.mark.dgl
+
+#: Python source that makes every absolute ``import dgl...`` fail in the interpreter that runs it
+#: (prepended to the code of a test's subprocess); relative imports inside dgl_rsc (for example
+#: ``from ..dgl import kernels``, the package's DGL front end) are not DGL and pass.
+BLOCK_DGL = (
+    "import builtins\n"
+    "real = builtins.__import__\n"
+    "def guard(name, globals=None, locals=None, fromlist=(), level=0):\n"
+    "    if level == 0 and (name == 'dgl' or name.startswith('dgl.')):\n"
+    "        raise ImportError('dgl blocked for this test')\n"
+    "    return real(name, globals, locals, fromlist, level)\n"
+    "builtins.__import__ = guard\n"
+)
 
 
 def pytest_collection_modifyitems(config, items):
-    missing = [m for m, ok in (("dgl", _deps.dgl_available),
-                               ("pyg", _deps.torch_geometric_available)) if not ok()]  # fmt: skip
+    probes = (("dgl", _deps.dgl_available), ("pyg", _deps.torch_geometric_available),
+              ("torch_sparse", _deps.torch_sparse_available))  # fmt: skip
+    missing = [m for m, ok in probes if not ok()]
     drop = [item for item in items if any(item.get_closest_marker(m) for m in missing)]
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -1,7 +1,7 @@
 """Check the Numba backend against the torch reference under Numba's CUDA simulator.
 
 Run as a script with ``NUMBA_ENABLE_CUDASIM=1`` in the environment (it must be set before Numba
-is imported, hence a separate process; ``tests/test_backends_cuda.py`` starts it). Exits 0
+is imported, hence a separate process; ``tests/backends/test_backends_cuda.py`` starts it). Exits 0
 when every check passes; an ``AssertionError`` names the failing case. The simulator runs each
 GPU thread as a Python thread, so the inputs are small.
 """

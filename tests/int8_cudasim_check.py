@@ -1,7 +1,7 @@
 """Check the Numba-CUDA INT8 kernels against the torch reference under Numba's simulator.
 
 Run as a script with ``NUMBA_ENABLE_CUDASIM=1`` (set before Numba is imported, hence a separate
-process; ``tests/test_int8.py`` starts it). Exits 0 when every check passes.
+process; ``tests/int8/test_int8.py`` starts it). Exits 0 when every check passes.
 """
 
 from __future__ import annotations

@@ -46,3 +46,20 @@ def test_modern_lock_pins_everything_and_has_no_dgl():
     assert pins["torch"] == "2.15.0" and pins["torch-geometric"] == "2.8.1"
     assert {"numba", "cupy-cuda13x", "pymetis", "pytest", "pyyaml"} <= names
     assert not any(name == "dgl" or name.startswith("dgl-") for name in names)
+
+
+def test_modern_source_builds_are_pinned_and_built_against_the_installed_torch():
+    """torch_sparse and torch_scatter have no wheels for torch 2.15 on the registry: `make
+    venv-modern` builds the pinned source releases without build isolation (against the torch of
+    lock-modern.txt), and editing their list rebuilds the environment."""
+    lines = [line.strip() for line in (ROOT / "requirements" / "source-modern.txt").read_text()
+             .splitlines() if line.strip() and not line.startswith("#")]  # fmt: skip
+    pins = dict(line.split("==", 1) for line in lines)
+    assert set(pins) == {"torch-scatter", "torch-sparse"}
+    text = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^\$\(STAMP_MODERN\):(.*?)\n\n", text, re.M | re.S).group(1)
+    assert "requirements/source-modern.txt" in recipe.splitlines()[0]
+    build = [line for line in recipe.splitlines() if "source-modern.txt" in line][-1]
+    assert "--no-build-isolation" in recipe and "-r requirements/source-modern.txt" in build
+    hash_line = re.search(r"^HASH_MODERN := (.+?)\n(?!\t)", text, re.M | re.S).group(1)
+    assert "requirements/source-modern.txt" in hash_line

@@ -12,8 +12,8 @@ import pytest
 from dgl_rsc.launcher.tta import first_crossing
 
 from .conftest import requires_dgl
+from .launcher.test_launcher import REPO, write_config
 from .proc import run as run_cmd
-from .test_launcher import REPO, write_config
 
 TOOLS = os.path.join(REPO, "tools")
 

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from dgl_rsc.csr import CSR
+from dgl_rsc.sparse.csr import CSR
 
 
 def power_law_csr(n, nnz, exponent=2.1, seed=0, device="cpu", index_dtype=torch.int64):
@@ -86,6 +86,6 @@ def machine(device) -> dict:
 def write_json(path, data):
     """Atomic write (the launcher's: a temp file beside ``path``, then a rename); the file's
     permissions follow the umask."""
-    from dgl_rsc.atomic import atomic_write_text
+    from dgl_rsc.base.atomic import atomic_write_text
 
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")

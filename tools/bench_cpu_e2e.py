@@ -50,9 +50,9 @@ import dgl_rsc
 import dgl_rsc.nn as rnn
 from dgl_rsc import RSCController
 from dgl_rsc.data import evaluate, synthetic_graph
-from dgl_rsc.graph import Graph
 from dgl_rsc.launcher.tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 from dgl_rsc.models import build_model
+from dgl_rsc.sparse.graph import Graph
 
 # The two graphs of the engine issue: the quickstart graph (30k nodes, 1.5M edges, 128 input
 # features, hidden 64) and a 200k-node graph with 8.2M edges and hidden 128.
@@ -82,7 +82,7 @@ def build(engine, data, graphs, hidden, model_name, seed, total_steps=None):
     """Model, graph, controller and context of ``engine``; with ``total_steps`` the RSC
     engines switch to the exact backward at ``switch_at`` of them (else they never do)."""
     torch.manual_seed(seed)
-    family = engine.split("-")[0]  # native, dgl, patch or stock (dgl_rsc.engines)
+    family = engine.split("-")[0]  # native, dgl, patch or stock (dgl_rsc.models.engines)
     stock = family in ("stock", "patch")
     model = build_model(model_name, data.feat.shape[1], data.num_classes, engine=family,
                         hidden=hidden, layers=3, dropout=0.5)  # fmt: skip
@@ -250,7 +250,7 @@ def main():
     args = p.parse_args()
     cases = []
     result = {"machine": machine("cpu"), "command": " ".join(sys.argv), "budget": args.budget,
-              "cpu_engine": dgl_rsc.products.cpu_engine(), "cases": cases}  # fmt: skip
+              "cpu_engine": dgl_rsc.sparse.products.cpu_engine(), "cases": cases}  # fmt: skip
     for g in args.graphs:
         for m in args.models:
             for t in args.threads:

@@ -1,6 +1,6 @@
 """End-to-end full-graph training: exact vs RSC (and PyG when installed), same graph, same seed.
 
-Runs on the package's DGL-free path (``dgl_rsc.graph.Graph`` + ``dgl_rsc.nn`` layers), so it
+Runs on the package's DGL-free path (``dgl_rsc.Graph`` + ``dgl_rsc.nn`` layers), so it
 works where no DGL wheel exists. For every model and precision it trains the exact baseline
 (same layers, exact backward, same sparse engine) and RSC, and reports mean epoch time over
 the approximate phase and over the whole run, the speedups and the test accuracy; PyG's
@@ -31,8 +31,8 @@ from bench_common import machine, sync, write_json
 import dgl_rsc.nn as rnn
 from dgl_rsc import RSCConfig, _deps
 from dgl_rsc.data import load_dataset
-from dgl_rsc.graph import Graph
 from dgl_rsc.models import build_model
+from dgl_rsc.sparse.graph import Graph
 
 # The scale of the RSC paper's graphs, made by the synthetic generator. Homophily is lowered
 # from the generator's default so that accuracy stays well under 100% at these degrees

@@ -32,8 +32,8 @@ from types import SimpleNamespace
 
 import torch
 
-from dgl_rsc import _deps
 from dgl_rsc.backends import torch_ref
+from dgl_rsc.base import _deps
 from dgl_rsc.sampling import selection_key
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")

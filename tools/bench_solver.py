@@ -15,9 +15,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_common import grad_like, machine, power_law_csr, timeit, write_json
 
-from dgl_rsc.products import csr_t_mm
+from dgl_rsc.core.solver import LayerProblem, allocate
 from dgl_rsc.sampling import selection_key
-from dgl_rsc.solver import LayerProblem, allocate
+from dgl_rsc.sparse.products import csr_t_mm
 
 
 def main(argv=None):

@@ -35,9 +35,9 @@ from bench_common import grad_like, machine, power_law_csr, sync, timeit, write_
 
 from dgl_rsc import RSCController, _deps
 from dgl_rsc.backends import resolve
-from dgl_rsc.products import NO_SCALES, _mm, cpu_engine, csr_mm, csr_t_mm
+from dgl_rsc.core.spmm import spmm_matrix
 from dgl_rsc.sampling import draw_sample, sample_product, selection_key
-from dgl_rsc.spmm import spmm_matrix
+from dgl_rsc.sparse.products import NO_SCALES, _mm, cpu_engine, csr_mm, csr_t_mm
 
 PRESETS = {
     "cpu": dict(nodes=200_000, nnz=10_000_000),

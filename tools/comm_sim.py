@@ -41,7 +41,7 @@ import time
 
 import torch
 
-from dgl_rsc.atomic import atomic_write, atomic_write_text
+from dgl_rsc.base.atomic import atomic_write, atomic_write_text
 from dgl_rsc.distributed.halo import halo_rows
 from dgl_rsc.distributed.partition import PARTITIONERS, load_or_partition
 

@@ -27,12 +27,12 @@ from bench_common import machine, write_json
 import dgl_rsc.nn as rnn
 from dgl_rsc import RSCConfig
 from dgl_rsc.backends import torch_ref
+from dgl_rsc.core.slot import LayerSlot
 from dgl_rsc.data import evaluate, load_dataset
-from dgl_rsc.graph import Graph
 from dgl_rsc.models import build_model
-from dgl_rsc.products import csr_t_mm
 from dgl_rsc.sampling import row_norms, selection_key
-from dgl_rsc.slot import LayerSlot
+from dgl_rsc.sparse.graph import Graph
+from dgl_rsc.sparse.products import csr_t_mm
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -37,9 +37,9 @@ from bench_common import machine, write_json
 
 from dgl_rsc.backends import torch_ref
 from dgl_rsc.data import synthetic_graph
-from dgl_rsc.graph import Graph
-from dgl_rsc.products import Scales, csr_t_mm
 from dgl_rsc.sampling import draw_sample, estimate_ls_scale, sample_product
+from dgl_rsc.sparse.graph import Graph
+from dgl_rsc.sparse.products import Scales, csr_t_mm
 
 
 def make_graph(n, degree, seed):

@@ -30,18 +30,18 @@ from bench_common import machine, write_json
 
 import dgl_rsc.nn as rnn
 from dgl_rsc import RSCController
+from dgl_rsc.core.slot import LayerSlot
 from dgl_rsc.launcher.train import prepare
 from dgl_rsc.launcher.yaml_io import load_config
 from dgl_rsc.models import build_model
-from dgl_rsc.products import csr_t_mm
-from dgl_rsc.slot import LayerSlot
+from dgl_rsc.sparse.products import csr_t_mm
 
 
 class _SpySlot(LayerSlot):
     __slots__ = ("log",)
 
     def backward_product(self, A, dY, scales=None):
-        from dgl_rsc.products import NO_SCALES
+        from dgl_rsc.sparse.products import NO_SCALES
 
         scales = NO_SCALES if scales is None else scales
         out = super().backward_product(A, dY, scales)

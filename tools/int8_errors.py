@@ -23,10 +23,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_common import machine, write_json
 
-from dgl_rsc.graph import Graph
 from dgl_rsc.int8 import dequantize_model, quantize_model
 from dgl_rsc.models import build_model
 from dgl_rsc.nn import exact
+from dgl_rsc.sparse.graph import Graph
 
 
 def grads(model, g, x, label, mask) -> list:

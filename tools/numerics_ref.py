@@ -34,9 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from dgl_rsc.graph import Graph  # noqa: E402
 from dgl_rsc.models import build_model  # noqa: E402
 from dgl_rsc.nn import attach  # noqa: E402
+from dgl_rsc.sparse.graph import Graph  # noqa: E402
 
 __all__ = ["CASES", "DEFAULT_PATH", "RSC", "STEPS", "TOL", "compare", "make_inputs", "run_case"]
 

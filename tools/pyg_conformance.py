@@ -20,6 +20,7 @@ Example (the modern environment, with torch-geometric)::
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -141,6 +142,17 @@ def compare(results: dict) -> dict:
     return {"counts": counts, "unexplained": unexplained, "tests": tests}
 
 
+def _torch_sparse_version() -> str:
+    """torch_sparse's version, or why the SparseTensor branches of PyG's tests did not run."""
+    from importlib.metadata import version
+
+    from dgl_rsc.base import _deps
+
+    if not _deps.torch_sparse_available():
+        return "not installed: the SparseTensor branches of PyG's tests did not run"
+    return version("torch-sparse")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("src", help="a PyG checkout, or its git directory (with --rev)")
@@ -161,6 +173,10 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "torch_geometric": torch_geometric.__version__,
         "python": platform.python_version(),
+        # PyG's tests take their SparseTensor branches only where torch_sparse imports
+        "torch_sparse": _torch_sparse_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "date": datetime.date.today().isoformat(),
         "unsupported": {f"{m}: {p}": why for (m, p), why in UNSUPPORTED.items()},
         **summary,
     }

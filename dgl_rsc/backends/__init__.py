@@ -16,8 +16,8 @@ from typing import Callable
 
 import torch
 
-from .. import _deps
-from ..names import did_you_mean
+from ..base import _deps
+from ..base.names import did_you_mean
 from .protocol import SamplingBackend
 
 __all__ = ["BACKENDS", "Backend", "SamplingBackend", "resolve", "resolve_int8"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import _deps
+from ..base import _deps
 
 __all__ = ["source_dir", "cu_files", "read_source", "cupy_module", "launch"]
 

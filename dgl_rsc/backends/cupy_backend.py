@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import _deps
+from ..base import _deps
 from . import _cuda_source
 from .protocol import check_dtype_and_dim
 
@@ -40,7 +40,8 @@ _COPY_T = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 
 _VEC = {"float": 4, "double": 2, "rsc_half": 8, "rsc_bf16": 8}  # elements in 16 bytes
 
-#: every kernel instantiation the backend launches (tests/test_cuda_compile.py builds them all)
+#: every kernel instantiation the backend launches
+#: (tests/backends/test_cuda_compile.py builds them all)
 NAME_EXPRESSIONS = (
     [f"rsc_row_scores<{t}, {v}>" for t in _SCORE_T.values() for v in (1, _VEC[t])]
     + [f"rsc_select_{k}<{w}>" for k in ("hist", "tie") for w in ("int", "long long")]

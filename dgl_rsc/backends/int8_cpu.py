@@ -3,7 +3,7 @@
 One pass over each row's entries with an int32 accumulator row, then the fused dequantize,
 operation for operation as :mod:`dgl_rsc.int8.ref` (bit-identical integers; the two fp32
 products in the same order). Rows run in parallel chunks of equal non-zeros
-(:func:`dgl_rsc.cpu_spmm.run_chunked`).
+(:func:`dgl_rsc.sparse.cpu_spmm.run_chunked`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from ..cpu_spmm import run_chunked
+from ..sparse.cpu_spmm import run_chunked
 
 __all__ = ["int8_spmm", "int8_spmm_acc", "quantize_codes"]
 

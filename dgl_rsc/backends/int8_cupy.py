@@ -22,7 +22,7 @@ _ROWS = 8  # warps (rows) per block
 _THREADS = 256
 
 OPTIONS = ("-std=c++17",)
-#: every instantiation the launcher uses (tests/test_cuda_compile.py builds them with nvcc)
+#: every instantiation the launcher uses (tests/backends/test_cuda_compile.py builds them with nvcc)
 NAME_EXPRESSIONS = tuple(
     [f"rsc_int8_spmm<{i}, {v}>" for i in _INDEX.values() for v in ("true", "false")]
     + ["rsc_int8_codes<true>", "rsc_int8_codes<false>"]

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 import torch
 
-from .. import _deps
+from ..base import _deps
 from ..int8 import ref
 
 cuda = _deps.require_numba_cuda()

@@ -27,7 +27,7 @@ import numba
 import numpy as np
 import torch
 
-from .. import _deps
+from ..base import _deps
 from ..sampling.rules import kept_count
 from .protocol import check_dtype_and_dim
 

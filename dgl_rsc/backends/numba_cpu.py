@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from numba import njit
 
-from ..cpu_spmm import run_chunked, run_ranges
 from ..sampling.rules import kept_count
+from ..sparse.cpu_spmm import run_chunked, run_ranges
 from . import torch_ref
 
 __all__ = ["row_scores", "select_rows", "slice_rows", "slice_transposed"]

@@ -10,7 +10,7 @@ The four steps of one refresh of a layer's sample:
    :mod:`dgl_rsc.sampling.rules`) while their non-zeros fit a budget.
 3. :func:`slice_transposed` -- the structure of ``A[S, :]^T`` in CSR form, made from the
    cached ``A^T`` by masking its entries with the row set and compacting.
-4. The product ``A[S, :]^T @ dY`` on torch's sparse engine (``dgl_rsc.products``).
+4. The product ``A[S, :]^T @ dY`` on torch's sparse engine (``dgl_rsc.sparse.products``).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import functools
 import inspect
 from typing import Callable, Optional
 
-from ..names import did_you_mean
+from ..base.names import did_you_mean
 from .dgl_datasets import load_dgl_dataset
 from .graphdata import METRICS, TASKS, GraphData, clean_edges
 from .metrics import evaluate

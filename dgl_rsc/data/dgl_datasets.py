@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Optional, Union
 
-from .. import _deps
+from ..base import _deps
 from .graphdata import GraphData, clean_edges
 
 __all__ = ["DGL_DATASETS", "load_dgl_dataset", "dgl_files"]

@@ -2,7 +2,7 @@
 loaders share.
 
 The container is DGL-free: plain tensors plus a few strings. ``to_dgl()`` builds a
-``DGLGraph`` on demand (DGL is imported there and only there, through :mod:`dgl_rsc._deps`).
+``DGLGraph`` on demand (DGL is imported there and only there, through :mod:`dgl_rsc.base._deps`).
 Every loader's result passes the same checks (:meth:`GraphData.__post_init__`), so a graph
 that cannot train correctly is refused with the reason before any training starts.
 """
@@ -17,7 +17,7 @@ from typing import Union
 
 import torch
 
-from .. import _deps
+from ..base import _deps
 
 __all__ = ["GraphData", "clean_edges", "TASKS", "METRICS"]
 

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import torch
 
-from .. import _deps
+from ..base import _deps
 from .graphdata import GraphData, clean_edges
 
 __all__ = ["OGB_DATASETS", "load_ogb", "ogb_files", "read_split", "evaluate"]

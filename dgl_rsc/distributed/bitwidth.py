@@ -19,7 +19,7 @@ a greedy path upgrades groups by variance saved per byte (the Lagrangian / LP-re
 order of the multiple-choice knapsack); a common byte cap for all destinations is swept over
 the path points; the best caps are polished by steepest descent over one- and two-group
 changes. ``max_variance`` is met by raising ``lam`` (bisection on the multiplier), then
-polishing among feasible assignments. tests/test_bitwidth.py compares it with brute force.
+polishing among feasible assignments. Its test compares it with brute force.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..controller import RSCController
+from ..core.controller import RSCController
+from ..core.solver import LayerProblem
 from ..sampling import get_rule, selection_key
-from ..solver import LayerProblem
 from .runtime import DistContext, DistributedError
 
 __all__ = ["DistributedRSCController", "gather_rows"]

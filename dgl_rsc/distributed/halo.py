@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from ..graph import check_edges
+from ..sparse.graph import check_edges
 from .partition import part_vector
 
 __all__ = ["LocalPartition", "build_local", "all_local", "halo_rows"]

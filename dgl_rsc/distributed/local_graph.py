@@ -26,9 +26,9 @@ from typing import Optional
 
 import torch
 
-from ..backward import feature_grad
-from ..csr import CSR
-from ..products import Scales, csr_mm
+from ..core.backward import feature_grad
+from ..sparse.csr import CSR
+from ..sparse.products import Scales, csr_mm
 from .exchange import HaloExchange
 from .halo import LocalPartition
 from .runtime import DistContext

@@ -20,11 +20,11 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from .. import _deps
-from ..atomic import atomic_write_text
-from ..graph import check_edges
-from ..names import did_you_mean
-from ..npz_cache import read_entry, write_entry
+from ..base import _deps
+from ..base.atomic import atomic_write_text
+from ..base.names import did_you_mean
+from ..base.npz_cache import read_entry, write_entry
+from ..sparse.graph import check_edges
 
 __all__ = [
     "PARTITIONERS",

@@ -58,7 +58,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from .. import _deps
+from ..base import _deps
 from .quant_ref import HUGE, QUANT_BITS, RESERVED, TORCH_KERNELS, CodecKernels
 from .quant_ref import row_ranges as _row_ranges
 

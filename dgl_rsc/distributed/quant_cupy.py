@@ -36,7 +36,8 @@ _ROWS = 8  # rows (warps) per block of the row kernels
 _THREADS = 256
 
 OPTIONS = ("-std=c++17",)
-#: every instantiation the launcher uses (tests/test_quant_cuda.py builds them all with nvcc)
+#: every instantiation the launcher uses
+#: (tests/distributed/test_quant_cuda.py builds them all with nvcc)
 NAME_EXPRESSIONS = (
     [f"qz_encode<{t}, {b}, {RESERVED[b]}>" for t in _IN_T.values() for b in QUANT_BITS]
     + [f"qz_decode<{b}, {RESERVED[b]}>" for b in QUANT_BITS]

@@ -21,7 +21,7 @@ import numba
 import numpy as np
 import torch
 
-from .. import _deps
+from ..base import _deps
 from .quant_ref import HUGE, RESERVED
 
 cuda = _deps.require_numba_cuda()

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .exchange import HaloExchange
 from .halo import build_local
 from .local_graph import LocalGraph

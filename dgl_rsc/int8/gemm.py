@@ -26,8 +26,8 @@ from typing import Optional
 
 import torch
 
-from .. import _deps
 from ..backends import resolve_int8
+from ..base import _deps
 from .quantize import QMAX, quantize
 from .spec import Int8State
 

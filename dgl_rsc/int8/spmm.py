@@ -5,7 +5,7 @@ fp32, then ``c X`` is quantized with one scale per feature column (a column scal
 of every row's sum); ``A``'s values, when it has any, get one per-tensor scale; the integer
 product accumulates in int32 and is dequantized once, with the row scale ``r`` (the other
 degree normalization) fused into that step. The normalization values themselves are never
-quantized. Used by :func:`dgl_rsc.products.csr_mm` when its scales carry an
+quantized. Used by :func:`dgl_rsc.sparse.products.csr_mm` when its scales carry an
 :class:`~dgl_rsc.int8.spec.Int8State`, for the forward, the exact backward and RSC's sampled
 backward (the cached slice ``A[S, :]^T`` times the int8 rows of ``dY``) alike.
 """
@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from ..backends import resolve_int8
-from ..csr import CSR
+from ..sparse.csr import CSR
 from .quantize import QMAX, quantize
 from .spec import Int8State
 

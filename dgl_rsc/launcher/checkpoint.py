@@ -1,5 +1,5 @@
 """The output directory's manifest, and checkpoints of one training run. Every file is
-written atomically (:mod:`dgl_rsc.atomic`).
+written atomically (:mod:`dgl_rsc.base.atomic`).
 
 Every file a run writes into its output directory is listed, before it is written, in the
 directory's manifest ``.dgl-rsc-manifest.json``. ``--force`` removes only what the manifest
@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..atomic import TMP_PREFIX, OutputWriteError, atomic_write, atomic_write_text
+from ..base.atomic import TMP_PREFIX, OutputWriteError, atomic_write, atomic_write_text
 
 __all__ = [
     "MANIFEST",

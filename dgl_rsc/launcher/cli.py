@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Callable, Optional, Sequence
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from . import yaml_io
 from .checkpoint import OutputWriteError
 from .outputs import PARTITION_CACHE, output_dir, resume_command, some

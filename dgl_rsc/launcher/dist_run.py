@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .outputs import PARTITION_CACHE
 
 __all__ = [

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..config import ConfigError, unknown_key_message
+from ..core.config import ConfigError, unknown_key_message
 
 __all__ = ["DistConfig", "resolve_distributed", "BITS"]
 

@@ -22,7 +22,7 @@ import socket
 import time
 from typing import Optional
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .checkpoint import LOCK, OutputWriteError
 
 __all__ = ["LOCK", "HELD_ENV", "OutputLock", "held_for_me"]

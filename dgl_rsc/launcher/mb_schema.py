@@ -21,7 +21,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from ..config import ConfigError, unknown_key_message
+from ..core.config import ConfigError, unknown_key_message
 
 __all__ = [
     "MiniBatchConfig",

@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..config import ConfigError
-from ..engines import get_engine
+from ..core.config import ConfigError
+from ..models.engines import get_engine
 
 __all__ = ["BatchSource", "minibatch_epoch", "aggregation_kind"]
 
@@ -51,7 +51,8 @@ class BatchSource:
         seed: the run's seed (batch order and SAINT draws).
         keep: batch graphs kept by key (the subgraph cache).
         graph_kind: the kind of graph the run's model takes (``"native"`` or ``"dgl"``, the
-            run's engine's :attr:`~dgl_rsc.engines.Engine.graph`); default: ``train.engine``'s.
+            run's engine's :attr:`~dgl_rsc.models.engines.Engine.graph`); default:
+            ``train.engine``'s.
             The stock baseline passes ``"dgl"``: its ``dgl.nn`` layers need ``DGLGraph``
             batches, drawn by the same loader as the other methods' (the same batches).
     """

@@ -8,7 +8,7 @@ import os
 import shlex
 import tempfile
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .checkpoint import LOCK, MANIFEST, OUTPUTS, foreign_entries, manifest_files
 from .yaml_io import load_yaml
 

@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 
 import torch
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 
 __all__ = ["LAUNCHER_ENV", "check_environment", "check_nproc", "check_distributed"]
 

@@ -12,9 +12,9 @@ from typing import Optional
 
 import torch
 
-from .. import _deps
-from ..config import ConfigError
-from ..engines import get_engine
+from ..base import _deps
+from ..core.config import ConfigError
+from ..models.engines import get_engine
 from .mb_schema import check_sizes
 from .schema import RunConfig
 
@@ -72,7 +72,7 @@ class Prepared:
         if kind not in self.graphs:
             src, dst, n = self.edges
             if kind == "native":
-                from ..graph import Graph
+                from ..sparse.graph import Graph
 
                 self.graphs[kind] = Graph(src, dst, n).to(self.device)
             elif kind == "pyg":  # PyG's edge_index: row 0 sources, row 1 targets
@@ -106,7 +106,7 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
     """Load the dataset and the edge list the engines need (once per experiment); in a
     distributed run, this rank's share of them (``out_dir`` holds the partition cache)."""
     from ..data import load_dataset
-    from ..models import MODELS
+    from ..models.paper import MODELS
 
     engine = cfg.train.engine
     if get_engine(engine).needs_dgl and not _deps.dgl_available():

@@ -38,7 +38,8 @@ import platform
 import numpy as np
 import torch
 
-from .. import __version__, _deps
+from .. import __version__
+from ..base import _deps
 from .checkpoint import atomic_write_text, claim
 from .tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from ..config import ConfigError, unknown_key_message
+from ..core.config import ConfigError, unknown_key_message
 from .tta import DEFAULT_TOLERANCE
 
 __all__ = ["ReportConfig", "resolve_report"]

@@ -8,8 +8,8 @@ import json
 import logging
 from typing import Optional
 
-from ..config import ConfigError
-from ..controller import RSCController
+from ..core.config import ConfigError
+from ..core.controller import RSCController
 from .checkpoint import load_checkpoint, set_rng_state
 
 __all__ = ["read_checkpoint", "check_data", "restore", "read_record", "merged_stats", "COUNTERS"]

@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..controller import RSCController
+from ..core.controller import RSCController
 
 __all__ = ["RunState", "sync"]
 

@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .checkpoint import atomic_write_text, claim
 
 __all__ = ["RUN_FILE", "start_run_id", "read_run_id", "identity", "flatten", "verify_set"]

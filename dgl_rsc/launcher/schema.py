@@ -30,11 +30,11 @@ import os
 import sys
 from typing import Any, Optional
 
-from ..config import ConfigError, RSCConfig, unknown_key_message
-from ..engines import ENGINES as _ENGINES
+from ..base.names import did_you_mean
+from ..core.config import ConfigError, RSCConfig, unknown_key_message
 from ..int8.spec import PRECISIONS, ROUNDINGS
-from ..models import model_params
-from ..names import did_you_mean
+from ..models.engines import ENGINES as _ENGINES
+from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed", "minibatch", "report")
-#: the engines a config may train on (dgl_rsc.engines; ``stock`` is the comparison baseline)
+#: the engines a config may train on (dgl_rsc.models.engines; ``stock`` is the comparison baseline)
 ENGINES = tuple(e.name for e in _ENGINES.values() if e.approximates)
 PATH_KEYS = ("root", "path")
 LOADER_ARGS = ("root", "device", "name")
@@ -76,7 +76,7 @@ class TrainConfig:
     """The ``train`` section (``seed: 3`` in a config means ``seeds: [3]``).
 
     ``engine``: ``native``, ``dgl``, ``patch``, ``pyg`` or ``pyg_patch``
-    (:mod:`dgl_rsc.engines`). ``stock_baseline``: with ``compare``, also train the stock
+    (:mod:`dgl_rsc.models.engines`). ``stock_baseline``: with ``compare``, also train the stock
     model without dgl_rsc (``dgl.nn``, or ``torch_geometric.nn`` for the PyG engines) where
     that library imports (speedups are reported against the faster of it and dgl_rsc's exact
     backward).

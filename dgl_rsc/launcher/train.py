@@ -1,7 +1,7 @@
 """Full-batch training runs: the data once, then one run per (seed, method).
 
-Engines (``train.engine``, :mod:`dgl_rsc.engines`): ``native`` runs :mod:`dgl_rsc.nn` layers
-on a DGL-free :class:`~dgl_rsc.graph.Graph`; ``dgl`` runs the same layers on a ``DGLGraph``;
+Engines (``train.engine``, :mod:`dgl_rsc.models.engines`): ``native`` runs :mod:`dgl_rsc.nn` layers
+on a DGL-free :class:`~dgl_rsc.Graph`; ``dgl`` runs the same layers on a ``DGLGraph``;
 ``patch`` runs the stock ``dgl.nn`` model inside :func:`dgl_rsc.patch`. Methods: ``rsc``;
 ``exact``, the same engine driven by a controller switched to the exact backward from step 0
 (the same layers, kernels and bookkeeping, so a comparison measures RSC, not two engines); and
@@ -37,14 +37,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import _deps
-from ..config import RSCConfig
-from ..controller import RSCController
-from ..engines import get_engine
+from ..base import _deps
+from ..core.config import RSCConfig
+from ..core.controller import RSCController
+from ..dgl.nn import attach
+from ..dgl.patch import patch
 from ..int8 import quantize_model
-from ..models import build_model
-from ..nn import attach
-from ..patch import patch
+from ..models.engines import get_engine
+from ..models.paper import build_model
 from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .prepare import (

@@ -8,7 +8,7 @@ import os
 
 import yaml
 
-from ..config import ConfigError
+from ..core.config import ConfigError
 from .schema import RunConfig, resolve
 
 __all__ = [

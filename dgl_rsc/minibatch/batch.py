@@ -32,7 +32,7 @@ from typing import Iterable, Iterator, Optional, Protocol
 import numpy as np
 import torch
 
-from ..graph import Graph
+from ..sparse.graph import Graph
 
 __all__ = [
     "SubgraphBatch",
@@ -113,13 +113,13 @@ class SubgraphBatch:
         return hashlib.blake2b(data, digest_size=16).hexdigest()
 
     def to_graph(self) -> Graph:
-        """The batch as a DGL-free :class:`dgl_rsc.graph.Graph` on local ids."""
+        """The batch as a DGL-free :class:`dgl_rsc.Graph` on local ids."""
         return Graph(self.src, self.dst, self.num_nodes)
 
     def to_dgl(self):
         """The batch as a ``DGLGraph`` on local ids, with ``ndata[dgl.NID]`` and
         ``edata[dgl.EID]`` holding the global ids (as ``DGLGraph.subgraph`` sets them)."""
-        from .. import _deps
+        from ..base import _deps
 
         dgl = _deps.require_dgl()
         g = dgl.graph((self.src, self.dst), num_nodes=self.num_nodes)

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ..graph import check_edges
+from ..sparse.graph import check_edges
 from .batch import SubgraphBatch, derive_seed
 from .clusters import ClusterLayout, check_partition, cluster_layout
 from .loader_base import SEED_MAX, Loader, OutCSR, dgl_engine, int_arg, pick_engine

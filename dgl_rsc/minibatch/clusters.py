@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..npz_cache import read_entry, write_entry
+from ..base.npz_cache import read_entry, write_entry
 
 __all__ = ["ClusterLayout", "cluster_layout", "metis_clusters", "check_partition"]
 

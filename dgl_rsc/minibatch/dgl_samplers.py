@@ -25,7 +25,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from .. import _deps
+from ..base import _deps
 from .batch import SubgraphBatch, derive_seed
 
 __all__ = ["DGLCluster", "DGLSaint"]

@@ -9,8 +9,8 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from .. import _deps
-from ..names import unknown
+from ..base import _deps
+from ..base.names import unknown
 from .batch import SubgraphBatch
 
 __all__ = ["TRAIN", "PRESAMPLE", "OutCSR", "Loader", "dgl_engine", "int_arg", "pick_engine"]

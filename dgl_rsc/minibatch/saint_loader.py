@@ -11,8 +11,8 @@ from typing import Iterator, Optional
 
 import torch
 
-from ..graph import check_edges
-from ..names import unknown
+from ..base.names import unknown
+from ..sparse.graph import check_edges
 from .batch import SaintNorms, SubgraphBatch, derive_seed, estimate_saint_norms
 from .loader_base import PRESAMPLE, SEED_MAX, Loader, OutCSR, dgl_engine, int_arg, pick_engine
 

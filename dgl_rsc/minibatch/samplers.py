@@ -26,7 +26,7 @@ The loaders live one per module (:mod:`.cluster_loader`, :mod:`.saint_loader`) o
 
 from __future__ import annotations
 
-from ..names import unknown
+from ..base.names import unknown
 from .cluster_loader import ENGINES as _CLUSTER_ENGINES
 from .cluster_loader import ClusterLayout, ClusterLoader
 from .clusters import metis_clusters

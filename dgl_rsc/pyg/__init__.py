@@ -12,7 +12,7 @@ in :mod:`dgl_rsc.nn` (on any RSC layer).
 
 import importlib
 
-from ..nn.convert import exact, rsc_layers
+from ..dgl.nn.convert import exact, rsc_layers
 from .convert import TWINS, attach, convert, twin
 from .patch import is_patched, patch, patched_symbols
 

@@ -5,7 +5,7 @@ PyG passes a graph to a convolution as an ``edge_index (2, E)`` LongTensor (mess
 as a *transposed* sparse adjacency ``adj_t (N_dst, N_src)`` (a ``torch.sparse`` tensor or a
 ``torch_sparse.SparseTensor``). Both become the message-passing matrix ``A (N_dst, N_src)``
 the RSC operator takes, a CSR by destination; the structure of an ``edge_index`` is built
-once and kept in a :class:`~dgl_rsc.structure_cache.StructureCache` while the same tensor
+once and kept in a :class:`~dgl_rsc.sparse.structure_cache.StructureCache` while the same tensor
 comes in (keyed by identity and version counter, holding the tensor alive).
 """
 
@@ -15,11 +15,11 @@ from typing import Optional
 
 import torch
 
-from .. import _deps
-from ..csr import CSR
-from ..graph import csr_by_destination
-from ..spmm import spmm_matrix
-from ..structure_cache import StructureCache
+from ..base import _deps
+from ..core.spmm import spmm_matrix
+from ..sparse.csr import CSR
+from ..sparse.graph import csr_by_destination
+from ..sparse.structure_cache import StructureCache
 
 __all__ = ["edge_csr", "sparse_csr", "aggregate", "takes_features", "flow_indices"]
 

@@ -14,9 +14,9 @@ from typing import Mapping, Optional
 import torch
 from torch import nn
 
-from .. import _deps
-from ..nn.convert import attach as _attach
-from ..nn.convert import rsc_layers, swap_children
+from ..base import _deps
+from ..dgl.nn.convert import attach as _attach
+from ..dgl.nn.convert import rsc_layers, swap_children
 
 __all__ = ["TWINS", "twin", "convert", "attach"]
 

@@ -16,8 +16,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .. import _deps
-from ..nn._base import RSCLayer
+from ..base import _deps
+from ..dgl.nn._base import RSCLayer
 from .forwards import Front, fused_product, gcn2_forward, gcn_forward, sage_forward
 
 __all__ = ["GCNConv", "SAGEConv", "GCN2Conv", "RSCPygLayer", "PASSTHROUGH_MESSAGE"]

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..structure_cache import StructureCache
+from ..sparse.structure_cache import StructureCache
 from .adjacency import aggregate, edge_csr, flow_indices, sparse_csr, takes_features
 
 __all__ = [

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 from torch import nn
 
-from .. import _deps
+from ..base import _deps
 
 __all__ = ["adapters"]
 

@@ -35,9 +35,9 @@ from typing import Iterator, Union
 
 import torch
 
-from .. import _deps
-from ..config import RSCConfig
-from ..controller import RSCController
+from ..base import _deps
+from ..core.config import RSCConfig
+from ..core.controller import RSCController
 from .forwards import Front, fused_product, gcn2_forward, gcn_forward, sage_forward
 
 __all__ = ["patch", "is_patched", "patched_symbols", "COVERED"]

@@ -5,7 +5,7 @@
 - :mod:`.scale`: the least-squares scale of the sampled product.
 
 The backends that run the steps on a device are in :mod:`dgl_rsc.backends`; the per-layer
-state (cache, running scores) in :mod:`dgl_rsc.layer_state`.
+state (cache, running scores) in :mod:`dgl_rsc.core.layer_state`.
 """
 
 from .draw import (

@@ -1,6 +1,6 @@
 """Drawing a row sample: score, select under the budget, slice ``A[S, :]^T``, and the sampled
 product with its scale. Stateless: the caching and scheduling live in
-:mod:`dgl_rsc.layer_state` and :mod:`dgl_rsc.controller`.
+:mod:`dgl_rsc.core.layer_state` and :mod:`dgl_rsc.core.controller`.
 
 A refresh of a layer's sample runs, through one backend (:mod:`dgl_rsc.backends`):
 
@@ -18,8 +18,8 @@ from typing import Optional
 
 import torch
 
-from ..csr import CSR
-from ..products import NO_SCALES, Scales, csr_mm, csr_t_mm
+from ..sparse.csr import CSR
+from ..sparse.products import NO_SCALES, Scales, csr_mm, csr_t_mm
 from .rules import selection_key
 from .scale import estimate_ls_scale
 

@@ -21,8 +21,8 @@ from typing import Optional
 
 import torch
 
-from ..csr import CSR
-from ..products import Scales, csr_mm
+from ..sparse.csr import CSR
+from ..sparse.products import Scales, csr_mm
 
 __all__ = ["GRID", "ErrorCurve", "error_curve", "fraction_for_error"]
 

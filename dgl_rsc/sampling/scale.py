@@ -25,8 +25,8 @@ from typing import Optional
 
 import torch
 
-from ..csr import CSR
-from ..products import Scales
+from ..sparse.csr import CSR
+from ..sparse.products import Scales
 
 __all__ = ["estimate_ls_scale", "cross_terms", "sampled_cross_terms", "CONFIDENCE"]
 

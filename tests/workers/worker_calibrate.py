@@ -1,4 +1,4 @@
-"""A torch.distributed worker for tests/test_bitwidth.py: every rank runs the alpha-beta
+"""A torch.distributed worker for tests/distributed/test_bitwidth.py: every rank runs the alpha-beta
 calibration over gloo and writes the model it got (``alpha beta``) to OUT_DIR/rank<r>.txt.
 
 Usage (through torch's launcher): worker_calibrate.py OUT_DIR

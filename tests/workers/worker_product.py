@@ -1,7 +1,7 @@
-"""A torch.distributed worker for tests/test_distributed.py: each rank aggregates its part
-of a random graph through a LocalGraph (exact, or RSC at budget 1.0, or RSC at a small budget)
-and writes its owned rows of the output and of the input gradient, which the test compares
-with the single-process product.
+"""A torch.distributed worker for tests/distributed/test_distributed.py: each rank aggregates
+its part of a random graph through a LocalGraph (exact, or RSC at budget 1.0, or RSC at a
+small budget) and writes its owned rows of the output and of the input gradient, which the
+test compares with the single-process product.
 
 Usage (through torch's launcher): worker_product.py OUT_DIR MODE (exact | full | sampled)
 """

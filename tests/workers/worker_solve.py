@@ -1,6 +1,7 @@
-"""A torch.distributed worker for tests/test_distributed.py: each rank holds its rows of two
-layers' running scores, solves the budget with the distributed controller and writes its
-allocation and the global solve, which the test compares with one process holding all rows.
+"""A torch.distributed worker for tests/distributed/test_distributed.py: each rank holds its
+rows of two layers' running scores, solves the budget with the distributed controller and
+writes its allocation and the global solve, which the test compares with one process holding
+all rows.
 
 Usage (through torch's launcher): worker_solve.py OUT_DIR
 """

@@ -1,0 +1,231 @@
+"""Greedy allocation of the backward budget across layers.
+
+Problem (RSC.md, challenge 1). Layer ``l`` ranks its rows by a key and keeps a prefix of
+``k_l`` rows of that order. Keeping a prefix costs ``d_l * (non-zeros of the prefix)`` and
+leaves out the error ``e_l(k_l) = 1 - mass_l(prefix) / mass_l(all)``. Minimize
+``sum_l e_l(k_l)`` subject to ``sum_l cost_l(k_l) <= budget``.
+
+Method. Start from all rows with a positive key and remove rows from the tails, always the
+removal with the smallest error increase per unit of cost saved, one row at a time. (The
+reference implementation's greedy differs: it shrinks one layer's ratio by 2% of its rows per
+step and picks the step with the smallest increase of left-out score mass divided by the
+layer's exact product norm, whatever budget the step saves; ``tests/core/test_solver.py`` keeps it
+as a baseline.) A
+multi-way greedy over per-layer sequences that must be consumed in order takes element ``j``
+of a sequence once the threshold passes the running maximum of that sequence's ratios up
+to ``j``; so sorting all rows of all layers by that running maximum gives the greedy's whole
+removal order in one vectorized pass. The cut is the shortest removal prefix that meets the
+budget. Then a local search exchanges rows between layers (extend one layer's prefix,
+shrink another's just enough) while that lowers the error; each pair of layers is scored
+for all extension lengths at once from prefix sums. The local search also polishes a second
+start, 2%-of-rows moves picked per unit of cost saved, and the better result is returned: on
+random instances the one-row greedy alone lost to the coarse one on about 1 in 40, by <0.3%.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+__all__ = ["LayerProblem", "Allocation", "allocate", "objective"]
+
+
+@dataclass
+class LayerProblem:
+    """One layer's input to :func:`allocate`.
+
+    Attributes:
+        key: ``(M,)`` ranking key; rows are kept in descending key order (ties: lower id).
+        mass: ``(M,)`` non-negative error mass of each row (``s`` or ``s^2``).
+        nnz: ``(M,)`` non-zeros of each row.
+        width: the layer's feature width ``d_l`` (cost of a row is ``nnz * width``).
+        min_k: rows always kept (capped by the number of rows with a positive key).
+    """
+
+    key: torch.Tensor
+    mass: torch.Tensor
+    nnz: torch.Tensor
+    width: int
+    min_k: int = 0
+
+
+@dataclass
+class Allocation:
+    """Solver output, one entry per layer: ``k`` rows kept and their ``nnz`` non-zeros."""
+
+    k: list[int]
+    nnz: list[int]
+    objective: float
+    cost: float
+
+
+def _prefix_tables(p: LayerProblem):
+    order = torch.sort(p.key.float(), descending=True, stable=True).indices
+    n_useful = int((p.key > 0).sum())
+    order = order[:n_useful]
+    mass = p.mass.double()[order]
+    total = float(mass.sum())
+    cost = p.nnz.double()[order] * p.width
+    return order, mass, cost, max(total, 0.0)
+
+
+def objective(problems: Sequence[LayerProblem], ks: Sequence[int]) -> tuple[float, float]:
+    """``(error, cost)`` of keeping the first ``ks[l]`` rows of each layer's order."""
+    err, cost = 0.0, 0.0
+    for p, k in zip(problems, ks):
+        _, mass, c, total = _prefix_tables(p)
+        if total > 0:
+            err += float(mass[k:].sum()) / total
+        cost += float(c[:k].sum())
+    return err, cost
+
+
+def allocate(problems: Sequence[LayerProblem], budget: float) -> Allocation:
+    """Choose ``k_l`` per layer with ``sum_l cost_l <= budget`` and small summed error.
+
+    ``budget`` is in cost units (non-zeros times width). Runs on the device of the keys;
+    one sort over all rows of all layers plus a few passes. The ``min_k`` floors may push
+    the cost over ``budget``; nothing else does.
+    """
+    tables = [_prefix_tables(p) for p in problems]
+    device = problems[0].key.device if problems else torch.device("cpu")
+    seq_ratio, seq_cost, seq_layer, ks = [], [], [], []
+    for li, (p, (_, mass, cost, total)) in enumerate(zip(problems, tables)):
+        n = mass.numel()
+        floor = min(p.min_k, n)
+        ks.append(n)
+        # removal order: from the tail of the kept prefix back to the floor
+        rm_mass = mass[floor:].flip(0)
+        rm_cost = cost[floor:].flip(0)
+        ratio = (rm_mass / total if total > 0 else torch.zeros_like(rm_mass)) / rm_cost.clamp(
+            min=1e-30
+        )
+        if ratio.numel():
+            ratio = torch.cummax(ratio, 0).values
+        seq_ratio.append(ratio)
+        seq_cost.append(rm_cost)
+        seq_layer.append(torch.full((ratio.numel(),), li, dtype=torch.long, device=device))
+    total_cost = float(sum(float(t[2].sum()) for t in tables))
+    if seq_ratio and total_cost > budget:
+        ratio = torch.cat(seq_ratio)
+        cost = torch.cat(seq_cost)
+        layer = torch.cat(seq_layer)
+        order = torch.sort(ratio, stable=True).indices
+        saved = torch.cumsum(cost[order], 0)
+        need = total_cost - budget
+        n_remove = int(
+            torch.searchsorted(saved, torch.tensor([need], dtype=saved.dtype, device=saved.device))
+        )
+        n_remove = min(n_remove + 1, order.numel())
+        removed = torch.bincount(layer[order[:n_remove]], minlength=len(problems))
+        ks = [k - int(r) for k, r in zip(ks, removed.tolist())]
+        floors = [min(p.min_k, t[1].numel()) for p, t in zip(problems, tables)]
+        starts = [ks, _grid_start(tables, floors, budget)]
+        polished = [_exchange(tables, floors, k0, budget) for k0 in starts if k0 is not None]
+        ks = min(polished, key=lambda k: _table_objective(tables, k))
+    err, cost = 0.0, 0.0
+    nnz = []
+    for p, (order, mass, c, total), k in zip(problems, tables, ks):
+        if total > 0:
+            err += float(mass[k:].sum()) / total
+        cost += float(c[:k].sum())
+        nnz.append(int(p.nnz[order[:k]].sum()))
+    return Allocation(k=ks, nnz=nnz, objective=err, cost=cost)
+
+
+def _table_objective(tables, ks) -> float:
+    return sum(float(m[k:].sum()) / t for (_, m, _, t), k in zip(tables, ks) if t > 0)
+
+
+def _grid_start(tables, floors, budget, step: float = 0.02):
+    """A second start for the local search: shrink one layer at a time by ``step`` of its
+    rows (the reference implementation's step size, chosen per unit of cost saved); ``None``
+    if it cannot meet the budget.
+
+    The prefix sums at the grid points are fetched in one transfer; the greedy itself runs
+    on the host.
+    """
+    n_steps = int(round(1.0 / step))
+    grid = []  # per layer: (ks, err, cost) at ratio 1 - j * step, j = 0..n_steps
+    for (_, m, c, t), floor in zip(tables, floors):
+        n = m.numel()
+        ks = [max(int(round((n_steps - j) / n_steps * n)), floor) for j in range(n_steps + 1)]
+        if n == 0 or t <= 0:
+            grid.append((ks, [0.0] * len(ks), [0.0] * len(ks)))
+            continue
+        idx = torch.tensor([max(k - 1, 0) for k in ks], device=m.device)
+        cm, cc = torch.cumsum(m, 0)[idx], torch.cumsum(c, 0)[idx]
+        vals = torch.stack([cm, cc]).cpu().tolist()
+        err = [(t - vm) / t if k else 1.0 for k, vm in zip(ks, vals[0])]
+        cost = [vc if k else 0.0 for k, vc in zip(ks, vals[1])]
+        grid.append((ks, err, cost))
+    pos = [0] * len(grid)
+    while sum(g[2][p] for g, p in zip(grid, pos)) > budget:
+        best = None
+        for li, (_, err, cost) in enumerate(grid):
+            p = pos[li]
+            if p >= n_steps:
+                continue
+            saved = cost[p] - cost[p + 1]
+            if saved > 0 and (best is None or (err[p + 1] - err[p]) / saved < best[0]):
+                best = ((err[p + 1] - err[p]) / saved, li)
+        if best is None:
+            return None
+        pos[best[1]] += 1
+    return [g[0][p] for g, p in zip(grid, pos)]
+
+
+def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 1024):
+    """Local search over prefix lengths: extend layer ``a`` by ``t`` rows and shrink layer
+    ``b`` by the fewest rows that keep the budget (or none, when slack allows). All ``t``
+    and all pairs of a round are scored on the device; one host transfer per round reads
+    the best move, which is applied if it lowers the error."""
+    pre = []
+    for _, mass, cost, total in tables:
+        z = mass.new_zeros(1)
+        pre.append(
+            (torch.cat([z, torch.cumsum(mass, 0)]), torch.cat([z, torch.cumsum(cost, 0)]), total)
+        )
+    ks = list(ks)
+    for _ in range(max_rounds):
+        used = sum(pc[k] for (_, pc, _), k in zip(pre, ks))  # 0-dim, on the device
+        slack = budget - used
+        moves, cand = [], []
+        for a, (pm_a, pc_a, tot_a) in enumerate(pre):
+            n_a = pm_a.numel() - 1
+            if ks[a] >= n_a or tot_a <= 0:
+                continue
+            hi = min(ks[a] + 1 + window, n_a + 1)  # moves near the boundary only
+            ext_cost = pc_a[ks[a] + 1 : hi] - pc_a[ks[a]]  # (t,) for t = 1..
+            ext_gain = (pm_a[ks[a] + 1 : hi] - pm_a[ks[a]]) / tot_a
+            free = ext_cost <= slack
+            g = torch.where(free, ext_gain, torch.full_like(ext_gain, -1.0))
+            t = torch.argmax(g)
+            moves.append((a, None))
+            cand.append(torch.stack([g[t], t.to(g.dtype), g.new_zeros(())]))
+            for b, (pm_b, pc_b, tot_b) in enumerate(pre):
+                if b == a or ks[b] <= floors[b] or tot_b <= 0:
+                    continue
+                target = pc_b[ks[b]] - (ext_cost - slack)  # shrink b's prefix cost to this
+                j = torch.searchsorted(pc_b[: ks[b] + 1], target, right=True) - 1
+                ok = (j >= floors[b]) & ~free
+                jc = j.clamp(min=0)
+                gain = ext_gain - (pm_b[ks[b]] - pm_b[jc]) / tot_b
+                gain = torch.where(ok, gain, torch.full_like(gain, -1.0))
+                t = torch.argmax(gain)
+                moves.append((a, b))
+                cand.append(torch.stack([gain[t], t.to(gain.dtype), jc[t].to(gain.dtype)]))
+        if not cand:
+            break
+        table = torch.stack(cand).cpu().tolist()  # the round's one host transfer
+        best = max(range(len(table)), key=lambda i: table[i][0])
+        gain, t, jb = table[best]
+        if gain <= 1e-15:
+            break
+        a, b = moves[best]
+        ks[a] += int(t) + 1
+        if b is not None:
+            ks[b] = int(jb)
+    return ks

@@ -1,0 +1,196 @@
+"""What every drop-in RSC layer shares: its controller slots and the approximated aggregation."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ...base.user_warnings import warn_user
+from ...core.controller import RSCController
+from ...core.spmm import spmm_matrix
+from ...int8.gemm import int8_matmul
+from ...int8.spec import Int8State
+from ...sparse.structure_cache import StructureCache
+from ..interop import message_structure
+from .errors import layer_error
+from .messages import feature_weighted_sum, resolve_edge_weight
+
+__all__ = [
+    "RSCLayer",
+    "check_in_degrees",
+    "expand_as_pair",
+    "ZERO_IN_DEGREE_MESSAGE",
+    "UNATTACHED_MESSAGE",
+]
+
+ZERO_IN_DEGREE_MESSAGE = (
+    "There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This "
+    "is harmful for some applications, causing silent performance regression. Adding "
+    "self-loop on the input graph by calling `g = dgl.add_self_loop(g)` (or "
+    "`g.add_self_loop()` for a dgl_rsc.Graph) will resolve the issue. Setting "
+    "``allow_zero_in_degree`` to be `True` when constructing this module will suppress the "
+    "check and let the code run."
+)
+
+UNATTACHED_MESSAGE = (
+    "{name} is not attached to an RSC controller, so its backward is exact (no RSC). Attach "
+    "the model's layers with `rsc = dgl_rsc.nn.attach(model, budget=0.1, total_steps=...)` "
+    "and call `rsc.step()` after each optimizer step; `dgl_rsc.nn.exact(model)` chooses the "
+    "exact backward without this warning."
+)
+
+
+def check_in_degrees(graph) -> None:
+    """Raise :class:`~dgl_rsc.nn.RSCLayerError` (a ``dgl.DGLError`` with DGL) when a node has
+    no in-edges."""
+    if bool((graph.in_degrees() == 0).any()):
+        raise layer_error(ZERO_IN_DEGREE_MESSAGE)
+
+
+def expand_as_pair(feat, graph):
+    """``(feat_src, feat_dst)`` as DGL's ``expand_as_pair``: a pair as given; on a block the
+    destination features are the first ``N_dst`` rows of ``feat``; else ``feat`` twice."""
+    if isinstance(feat, tuple):
+        return feat
+    if getattr(graph, "is_block", False):
+        return feat, feat[: graph.num_dst_nodes()]
+    return feat, feat
+
+
+class RSCLayer(nn.Module):
+    """Base of the drop-in convolutions.
+
+    A layer runs :attr:`rsc_products` approximated sparse products per forward; product
+    ``j`` is driven by slot ``rsc_index + j`` of the controller the layer is attached to
+    (:func:`dgl_rsc.nn.attach` gives the layers of a model consecutive slots in module
+    order). A layer that was never attached computes the exact backward and warns once
+    (a training forward of an unattached layer almost always means a forgotten ``attach``);
+    :func:`dgl_rsc.nn.exact` asks for the exact backward without the warning.
+    """
+
+    #: approximated sparse products per forward, each with its own controller slot
+    rsc_products: int = 1
+
+    def __init__(self):
+        super().__init__()
+        self._rsc_ctl: Optional[RSCController] = None
+        self._rsc_index = 0
+        self._rsc_mode = "unattached"  # "attached" | "exact" | "unattached"
+        self._rsc_warned = False
+        self._rsc_structures: Optional[StructureCache] = None
+        self._rsc_int8: Optional[Int8State] = None
+
+    # -- attachment -------------------------------------------------------------------
+    def rsc_attach(self, controller: RSCController, index: int) -> None:
+        """Drive product ``j`` of this layer by slot ``index + j`` of ``controller``."""
+        self.clear_cache()
+        self._rsc_ctl, self._rsc_index, self._rsc_mode = controller, int(index), "attached"
+
+    def rsc_exact(self) -> None:
+        """Use the exact backward (no controller, no sampling, no warning)."""
+        self.clear_cache()
+        self._rsc_ctl, self._rsc_index, self._rsc_mode = None, 0, "exact"
+
+    def rsc_controller(self) -> Optional[RSCController]:
+        """The controller driving this layer, or ``None`` (exact backward)."""
+        return self._rsc_ctl
+
+    def rsc_slots(self) -> range:
+        """The controller slots of this layer's products (empty when not attached)."""
+        if self._rsc_ctl is None:
+            return range(0)
+        return range(self._rsc_index, self._rsc_index + self.rsc_products)
+
+    def clear_cache(self) -> None:
+        """Drop RSC's cached row samples of this layer's products (called by
+        ``reset_parameters``: new weights make the old samples stale)."""
+        if self._rsc_ctl is not None:
+            states = self._rsc_ctl.layers
+            for i in self.rsc_slots():
+                if i < len(states):  # a slot that never ran has no state to clear
+                    states[i].clear_cache()
+        self._rsc_structures = None
+
+    # -- precision --------------------------------------------------------------------
+    def rsc_set_int8(self, state: Optional[Int8State]) -> None:
+        """Run this layer's products in INT8 (``state``, see :func:`dgl_rsc.int8.quantize_model`)
+        or in the operands' precision (``None``)."""
+        if state is not None and not isinstance(state, Int8State):
+            raise TypeError(f"state must be an Int8State or None, got {type(state).__name__}.")
+        self._rsc_int8 = state
+
+    def rsc_int8(self) -> Optional[Int8State]:
+        """This layer's INT8 state, or ``None`` (fp32 products)."""
+        return self._rsc_int8
+
+    def _matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """``x @ w``: INT8 with int32 accumulation when the layer is quantized."""
+        if self._rsc_int8 is None or w.dim() != 2:
+            return torch.matmul(x, w)
+        self._rsc_int8.training = self.training
+        return int8_matmul(x, w, self._rsc_int8)
+
+    # -- the aggregation --------------------------------------------------------------
+    def _aggregate(
+        self, graph, feat: torch.Tensor, edge_weight=None, *, slot: int = 0, **scales
+    ) -> torch.Tensor:
+        """``(N_dst, *F)`` sum over in-edges of ``w_e * feat[src]`` (DGL's ``copy_u`` /
+        ``u_mul_e`` with ``sum``); the backward of product ``slot`` approximated by RSC.
+
+        ``feat``: ``(N_src, *F)``. ``edge_weight``: ``(E,)``, ``(E, 1)`` or per feature
+        ``(E, *W)`` (then computed exactly, see :mod:`dgl_rsc.nn.messages`). ``scales``:
+        ``row_scale``/``row_divide``, ``col_scale`` and ``score_col_scale`` of
+        :func:`dgl_rsc.core.spmm.spmm_matrix` (the layer's normalization, fused into the product).
+        """
+        if not 0 <= slot < self.rsc_products:
+            raise IndexError(
+                f"slot {slot} is out of range: {type(self).__name__} declares "
+                f"rsc_products={self.rsc_products}."
+            )
+        custom = getattr(graph, "rsc_aggregate", None)
+        if custom is not None:  # a graph with its own aggregation (a distributed LocalGraph)
+            if self._rsc_int8 is not None:
+                raise layer_error(
+                    "INT8 products are not supported on a distributed graph; train with "
+                    "precision fp32 (dgl_rsc.int8.dequantize_model(model))."
+                )
+            return custom(feat, edge_weight, lambda A: self._backward_state(slot, feat, A),
+                          **scales)  # fmt: skip
+        A, eids = message_structure(graph, self._structures())
+        if feat.dim() == 0 or feat.shape[0] != A.shape[1]:
+            raise layer_error(
+                f"feat has shape {tuple(feat.shape)} but the graph has {A.shape[1]} source "
+                f"nodes; node features must be ({A.shape[1]}, D)."
+            )
+        weights = resolve_edge_weight(edge_weight, graph.num_edges(), feat)
+        if weights.per_feature:
+            return feature_weighted_sum(A, eids, feat, weights, **scales)
+        if weights.values is not None:
+            A = A.with_values(weights.values if eids is None else weights.values[eids])
+        flat = feat.reshape(feat.shape[0], math.prod(feat.shape[1:]))
+        state = self._backward_state(slot, feat, A)
+        if self._rsc_int8 is not None:
+            self._rsc_int8.training = self.training
+        out = spmm_matrix(A, flat, state, quant=self._rsc_int8, **scales)
+        return out.reshape((A.shape[0],) + weights.out_tail)
+
+    def _structures(self) -> StructureCache:
+        if self._rsc_ctl is not None:
+            return self._rsc_ctl.structures
+        if self._rsc_structures is None:
+            self._rsc_structures = StructureCache()
+        return self._rsc_structures
+
+    def _backward_state(self, slot: int, feat: torch.Tensor, A):
+        """The controller slot that approximates this product's backward, or ``None``."""
+        if not (torch.is_grad_enabled() and feat.requires_grad) or A.nnz == 0:
+            return None
+        if self._rsc_mode == "attached":
+            return self._rsc_ctl.slot(self._rsc_index + slot)
+        if self._rsc_mode == "unattached" and not self._rsc_warned:
+            self._rsc_warned = True
+            warn_user(UNATTACHED_MESSAGE.format(name=type(self).__name__))
+        return None

@@ -1,0 +1,206 @@
+"""Exact sparse-dense products: the one dispatch point between the CPU and CUDA engines.
+
+``csr_mm(A, X)`` computes ``diag(rs) A diag(cs) X`` (scales optional). On the CPU it runs
+DGL's own message-passing kernel where DGL imports (:mod:`dgl_rsc.dgl.kernels`), else the Numba
+kernels of :mod:`dgl_rsc.sparse.cpu_spmm` (bit-identical to DGL's, within 0-25% of its speed:
+``docs/benchmarks.md``); products of a cached RSC slice (``sparse_write``) always run on the
+Numba kernels, which write only the rows the slice reaches. Outputs are reusable buffers of
+the matrix's :class:`~dgl_rsc.sparse.buffers.OutputPool`. Without Numba or DGL, the CPU engine is
+torch's sparse CSR engine (MKL). On CUDA
+it runs cuSPARSE through ``torch.sparse`` with the scales applied around it. fp16/bf16 are
+computed in fp32 on the CPU (neither engine has a half-precision CPU path).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import NamedTuple, Optional
+
+import torch
+
+from ..base import _deps
+from ..dgl import kernels as dgl_kernels
+from ..int8.spmm import int8_csr_mm
+from .buffers import OutputPool
+from .csr import CSR
+
+__all__ = ["Scales", "csr_mm", "csr_t_mm", "sddmm", "cpu_engine"]
+
+_CPU_UPCAST = (torch.float16, torch.bfloat16)
+
+
+class Scales(NamedTuple):
+    """Diagonal scalings of a product ``diag(row) A diag(col)``; ``None`` means identity.
+
+    ``row_divide`` divides the output rows by ``row`` (mean aggregation: ``row`` holds the
+    degrees) instead of multiplying. ``hint_col`` is a column scale that the caller applies
+    to the operand itself (before a dense product that sits between it and the aggregation):
+    it is not applied here, only used to score rows as rows of the normalized matrix. All are
+    ``(M,)``/``(N,)`` tensors without gradient. ``quant``: an
+    :class:`~dgl_rsc.int8.spec.Int8State` to run the product on INT8 operands
+    (:mod:`dgl_rsc.int8.spmm`), or ``None`` (the operand's own precision).
+    """
+
+    row: Optional[torch.Tensor] = None
+    col: Optional[torch.Tensor] = None
+    row_divide: bool = False
+    hint_col: Optional[torch.Tensor] = None
+    quant: Optional[object] = None
+
+    @property
+    def is_identity(self) -> bool:
+        return self.row is None and self.col is None
+
+    def row_factor(self) -> Optional[torch.Tensor]:
+        """``(M,)`` multiplicative row factor (the reciprocal when dividing), or ``None``."""
+        if self.row is None:
+            return None
+        return 1.0 / self.row if self.row_divide else self.row
+
+    def score_col(self) -> Optional[torch.Tensor]:
+        """The column scale the row scores use: the applied one, else the hint."""
+        return self.col if self.col is not None else self.hint_col
+
+    def transposed(self) -> Scales:
+        """The scales of ``(diag(r) A diag(c))^T = diag(c) A^T diag(r)`` (a division becomes
+        a multiplication by the reciprocal)."""
+        return Scales(self.col, self.row_factor(), False, quant=self.quant)
+
+
+NO_SCALES = Scales()
+
+
+def cpu_engine() -> str:
+    """The engine of exact CPU products: ``"dgl"`` where DGL imports, else ``"numba"`` when
+    the Numba kernels can run, else ``"torch.sparse"``."""
+    if _deps.dgl_available():
+        return "dgl"
+    return "numba" if _deps.numba_available() else "torch.sparse"
+
+
+def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    return None if t is None else t.to(dtype).contiguous()
+
+
+def _output(pool: Optional[OutputPool], shape, X: torch.Tensor, tag=None):
+    """``(out, clean, pooled)``: the ``shape`` output of a product of ``X``, a buffer of
+    ``pool`` where the pool takes that shape (``clean``: see :meth:`OutputPool.take`), else a
+    fresh tensor."""
+    if pool is not None and OutputPool.enabled_for(shape, X.dtype, X.device):
+        out, clean = pool.take(shape, X.dtype, tag)
+        return out, clean, True
+    return torch.empty(shape, dtype=X.dtype), False, False
+
+
+def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[OutputPool],
+              tag=None):  # fmt: skip
+    from .cpu_spmm import spmm_rows
+
+    out, clean, pooled = _output(pool, (shape[0], X.shape[1]), X, tag)
+    row = _cast(scales.row, X.dtype)
+    # a clean buffer keeps its zero rows: only rows with entries are written (unless a
+    # non-finite row scale would turn an empty row into NaN, as the full write does)
+    skip = clean and (row is None or bool(torch.isfinite(row).all()))
+    spmm_rows(
+        indptr, indices, values, X, out, row_scale=row, row_divide=scales.row_divide,
+        col_scale=_cast(scales.col, X.dtype), skip_empty=skip,
+    )  # fmt: skip
+    if pooled and tag is not None:
+        pool.mark(out, tag)
+    return out
+
+
+def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
+    if scales.col is not None:
+        X = X * scales.col.to(X.dtype).unsqueeze(1)
+    with warnings.catch_warnings():  # torch marks sparse CSR as beta; nothing to act on
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        A = torch.sparse_csr_tensor(indptr, indices, values, size=shape)
+    out = torch.sparse.mm(A, X)
+    if scales.row is not None:
+        r = scales.row.to(out.dtype).unsqueeze(1)
+        out = out / r if scales.row_divide else out * r
+    return out
+
+
+def _mm(indptr, indices, values, shape, X, scales: Scales, pool, tag=None) -> torch.Tensor:
+    """``(M, D)`` product; ``values`` is ``None`` (all ones) or ``(nnz,)``."""
+    out_dtype = X.dtype
+    cpu = X.device.type == "cpu"
+    if cpu and out_dtype in _CPU_UPCAST:
+        X = X.float()
+    if shape[0] == 0 or shape[1] == 0 or indices.numel() == 0 or X.shape[1] == 0:
+        return X.new_zeros((shape[0], X.shape[1])).to(out_dtype)
+    X = X.contiguous()
+    vals = _cast(values, X.dtype)
+    if cpu and _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
+        out = _numba_mm(indptr, indices, vals, shape, X, scales, pool, tag)
+    else:
+        if vals is None:
+            vals = torch.ones(indices.numel(), dtype=X.dtype, device=X.device)
+        out = _sparse_mm(indptr, indices, vals, shape, X, scales)
+    return out.to(out_dtype)
+
+
+def csr_mm(
+    A: CSR,
+    X: torch.Tensor,
+    scales: Scales = NO_SCALES,
+    pool: Optional[OutputPool] = None,
+    sparse_write: bool = False,
+) -> torch.Tensor:
+    """``diag(r) A diag(c) X``: ``A (M, N)``, ``X (N, D)`` -> ``(M, D)`` in ``X``'s dtype.
+
+    No autograd. On the CPU the output may share a pooled buffer of ``pool`` (default: the
+    pool of ``A``'s structure); it stays valid for as long as the caller holds it. With
+    ``sparse_write`` (products of a cached slice, whose many empty rows stay zero), a pooled
+    buffer that the same structure's last product left unmodified is reused with only the
+    rows that have entries rewritten.
+    """
+    if scales.quant is not None:
+        return int8_csr_mm(A, X, scales.row_factor(), scales.col, scales.quant)
+    pool = A.pool() if pool is None else pool
+    if not sparse_write and dgl_kernels.usable(X) and _nonempty(A, X):
+        return _dgl_mm(A, X, scales, pool)
+    tag = A.token if sparse_write else None
+    return _mm(A.indptr, A.indices, A.values, A.shape, X, scales, pool, tag)
+
+
+def _nonempty(A: CSR, X: torch.Tensor) -> bool:
+    return A.shape[0] > 0 and A.shape[1] > 0 and A.nnz > 0 and X.dim() == 2 and X.shape[1] > 0
+
+
+def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.Tensor:
+    X = X.detach().contiguous()
+    out = _output(pool, (A.shape[0], X.shape[1]), X)[0]
+    vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
+    return dgl_kernels.spmm(A._s, vals, X, scales, out)
+
+
+def csr_t_mm(A: CSR, Y: torch.Tensor, scales: Scales = NO_SCALES) -> torch.Tensor:
+    """``(diag(r) A diag(c))^T @ Y``: ``Y (M, D)`` -> ``(N, D)``, through ``A``'s cached
+    transposed structure (the same kernel, no transposed slow path)."""
+    return csr_mm(A.transpose(), Y, scales.transposed())
+
+
+def sddmm(
+    A: CSR, dY: torch.Tensor, X: torch.Tensor, scales: Scales = NO_SCALES, chunk: int = 1 << 20
+) -> torch.Tensor:
+    """``(nnz,)`` ``r_i c_j <dY[i], X[j]>`` for every stored entry ``(i, j)``: the gradient of
+    ``A``'s values in ``Y = diag(r) A diag(c) X``. Accumulated in fp64 for fp64 operands and in
+    fp32 otherwise; processed in chunks of edges to bound memory at ``chunk * D``."""
+    acc = torch.float64 if torch.float64 in (dY.dtype, X.dtype) else torch.float32
+    rows = A.row_ids()
+    cols = A.indices.long()
+    out = torch.empty(A.nnz, dtype=acc, device=A.device)
+    r = scales.row_factor()
+    for start in range(0, A.nnz, chunk):
+        ri = rows[start : start + chunk]
+        ci = cols[start : start + chunk]
+        part = (dY[ri].to(acc) * X[ci].to(acc)).sum(1)
+        if r is not None:
+            part = part * r.to(acc)[ri]
+        if scales.col is not None:
+            part = part * scales.col.to(acc)[ci]
+        out[start : start + chunk] = part
+    return out

@@ -1,0 +1,66 @@
+"""The product dispatch: scales, their transpose, and the SDDMM over several chunks."""
+
+import pytest
+import torch
+
+from dgl_rsc.sparse.products import Scales, csr_mm, csr_t_mm, sddmm
+
+from ..conftest import power_law_csr, requires_dgl
+
+
+def test_scales_transpose_and_row_factor():
+    r, c = torch.tensor([2.0, 4.0]), torch.tensor([3.0, 5.0, 7.0])
+    s = Scales(row=r, col=c, row_divide=True)
+    torch.testing.assert_close(s.row_factor(), 1 / r)
+    t = s.transposed()
+    assert t.row is c and not t.row_divide
+    torch.testing.assert_close(t.col, 1 / r)
+    assert Scales(hint_col=c).score_col() is c and Scales(col=r, hint_col=c).score_col() is r
+    assert Scales().is_identity and not s.is_identity
+
+
+def test_sddmm_over_several_chunks_with_scales():
+    A = power_law_csr(150, 6.0, weighted=True, seed=4)
+    dY, X = torch.randn(150, 5), torch.randn(150, 5)
+    r, c = torch.rand(150) + 0.5, torch.rand(150) + 0.5
+    sc = Scales(row=r, col=c)
+    got = sddmm(A, dY, X, sc, chunk=97)  # several chunks, the last one partial
+    rows, cols = A.row_ids(), A.indices.long()
+    expect = (dY[rows] * X[cols]).sum(1) * r[rows] * c[cols]
+    torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-6)
+
+
+def test_transposed_product_is_the_transpose_of_the_scaled_matrix():
+    A = power_law_csr(120, 5.0, weighted=True, seed=5)
+    Y = torch.randn(120, 3, dtype=torch.float64)
+    r, c = torch.rand(120, dtype=torch.float64) + 0.5, torch.rand(120, dtype=torch.float64) + 0.5
+    sc = Scales(row=r, col=c, row_divide=True)
+    D = A.to_dense(torch.float64) / r[:, None] * c[None, :]
+    torch.testing.assert_close(csr_mm(A, Y, sc), D @ Y)
+    torch.testing.assert_close(csr_t_mm(A, Y, sc), D.t() @ Y)
+
+
+@requires_dgl
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dgl_kernel_and_numba_kernel_agree_bit_for_bit(monkeypatch, dtype):
+    """Where DGL imports the exact CPU products run on its kernel; without it, on the Numba
+    kernels. Both give the same bits for every combination of values and scales (and the
+    Numba engine is what the DGL-free machine runs)."""
+    from dgl_rsc.dgl import kernels as dgl_kernels
+    from dgl_rsc.sparse import products
+
+    A = power_law_csr(3000, 15.0, seed=6)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(3000, 96, generator=g, dtype=dtype)
+    w = torch.rand(A.nnz, generator=g, dtype=dtype) + 0.1
+    r = torch.rand(3000, generator=g, dtype=dtype) + 0.5
+    c = torch.rand(3000, generator=g, dtype=dtype) + 0.5
+    W = A.with_values(w)
+    cases = [(A, Scales()), (W, Scales()), (A, Scales(row=r, col=c)),
+             (W, Scales(row=r, col=c)), (A, Scales(row=r, row_divide=True))]  # fmt: skip
+    assert products.cpu_engine() == "dgl"
+    with_dgl = [(csr_mm(M, X, sc).clone(), csr_t_mm(M, X, sc).clone()) for M, sc in cases]
+    monkeypatch.setattr(dgl_kernels, "usable", lambda X: False)
+    for (M, sc), (fwd, bwd) in zip(cases, with_dgl):
+        assert torch.equal(csr_mm(M, X, sc), fwd)
+        assert torch.equal(csr_t_mm(M, X, sc), bwd)
