@@ -6,10 +6,12 @@ import dataclasses
 from typing import Any, Mapping, Optional, Union
 
 from ..base.names import did_you_mean
+from ..base.user_warnings import warn_user
 from ..sampling.rules import RULES as _RULES
 
 __all__ = [
     "RSCConfig",
+    "warn_never_exact",
     "ConfigError",
     "BACKENDS",
     "RULES",
@@ -213,3 +215,15 @@ def _check_choice(cfg, key, choices):
     if value not in choices:
         hint = did_you_mean(str(value), choices)
         raise ConfigError(f"RSCConfig.{key}={value!r} is not one of {', '.join(choices)}.{hint}")
+
+
+def warn_never_exact(config: RSCConfig, entry: str) -> None:
+    """Warn (at the user's line) when ``config`` never switches to the exact backward only
+    because ``total_steps`` is missing (``entry`` names the call, e.g. ``"dgl_rsc.patch()"``)."""
+    if config.total_steps is None and config.switch_at < 1.0:
+        warn_user(
+            f"{entry} has no total_steps, so it never switches to the exact backward "
+            f"(switch_at={config.switch_at} needs the run's length); the exact final steps "
+            "recover accuracy. Pass total_steps=<number of optimizer steps>, or "
+            "switch_at=1.0 to approximate throughout without this warning."
+        )

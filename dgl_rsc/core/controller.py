@@ -26,7 +26,7 @@ from .slot import LayerSlot
 from .solver import LayerProblem, allocate
 from .step_info import StepInfo
 
-__all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP", "MISSING_STEP_MESSAGE", "warn_never_exact"]
+__all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP", "MISSING_STEP_MESSAGE"]
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,6 @@ MISSING_STEP_MESSAGE = (
     "follows a backward, so warm-up, budget re-allocation and the switch to the exact "
     "backward still happen."
 )
-
-
-def warn_never_exact(config: RSCConfig, entry: str) -> None:
-    """Warn (at the user's line) when ``config`` never switches to the exact backward only
-    because ``total_steps`` is missing (``entry`` names the call, e.g. ``"dgl_rsc.patch()"``)."""
-    if config.total_steps is None and config.switch_at < 1.0:
-        warn_user(
-            f"{entry} has no total_steps, so it never switches to the exact backward "
-            f"(switch_at={config.switch_at} needs the run's length); the exact final steps "
-            "recover accuracy. Pass total_steps=<number of optimizer steps>, or "
-            "switch_at=1.0 to approximate throughout without this warning."
-        )
 
 
 class RSCController:

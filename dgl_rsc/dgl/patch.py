@@ -50,8 +50,8 @@ from typing import Iterator, Union
 import torch
 
 from ..base.user_warnings import warn_user
-from ..core.config import RSCConfig
-from ..core.controller import RSCController, warn_never_exact
+from ..core.config import RSCConfig, warn_never_exact
+from ..core.controller import RSCController
 from ..core.spmm import spmm_matrix
 from . import private as dgl_private
 from .interop import csr_from_graph_index, csr_from_sparse_matrix

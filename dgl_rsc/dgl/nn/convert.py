@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from ...base import _deps
-from ...core.config import RSCConfig
-from ...core.controller import RSCController, warn_never_exact
+from ...core.config import RSCConfig, warn_never_exact
+from ...core.controller import RSCController
 from ._base import RSCLayer
 from .chebconv import ChebConv
 from .gcn2conv import GCN2Conv
