@@ -3,14 +3,8 @@
 Import ``Graph`` from ``dgl_rsc`` instead. This module re-exports the new one and warns when
 it is imported."""
 
-import warnings
-
+from .base.moved import warn_moved
 from .sparse.graph import *  # noqa: F403
 from .sparse.graph import __all__  # noqa: F401
 
-warnings.warn(
-    "dgl_rsc.graph is deprecated and will be removed: use `from dgl_rsc import Graph` "
-    "(the module moved to dgl_rsc.sparse.graph)",
-    DeprecationWarning,
-    stacklevel=2,
-)
+warn_moved(__name__, "dgl_rsc.sparse.graph", "Graph")

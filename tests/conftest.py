@@ -83,6 +83,14 @@ def one_thread():
 
 
 @pytest.fixture
+def ogb_ready():
+    """The OGB loader tests' dependencies (the tests also carry the ``dgl`` marker)."""
+    if not _deps.dgl_available():
+        pytest.skip("dgl not available")
+    pytest.importorskip("ogb")
+
+
+@pytest.fixture
 def small_graph():
     return power_law_csr(400, 8.0, weighted=True, seed=1)
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import importlib
 import pathlib
-import subprocess
 import sys
 
 import pytest
+
+from .proc import run as run_cmd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -35,8 +36,7 @@ def test_an_old_module_path_warns_and_gives_the_same_class(old):
         "dep = [x for x in w if issubclass(x.category, DeprecationWarning)]\n"
         "print(len(dep), dep[0].message if dep else '')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)  # fmt: skip
+    out = run_cmd([sys.executable, "-c", code], cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     count, _, message = out.stdout.strip().partition(" ")
     assert count == "1"

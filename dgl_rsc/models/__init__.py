@@ -4,6 +4,5 @@ through ``MODELS``, and which convolutions run on which graph (:mod:`.engines`).
 ``from dgl_rsc.models import build_model`` is the public path.
 """
 
-from .paper import GCN, GCNII, MODELS, SAGE, ResGCN, build_model, model_params
-
-__all__ = ["GCN", "SAGE", "GCNII", "ResGCN", "MODELS", "build_model", "model_params"]
+from .paper import *  # noqa: F403
+from .paper import __all__  # noqa: F401

@@ -20,16 +20,12 @@ import torch
 from dgl_rsc.backends import resolve, torch_ref
 from dgl_rsc.sampling import selection_key
 
+from ..conftest import FLOAT_DTYPES as SCORE_DTYPES
+from ..conftest import INDEX_DTYPES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 BACKENDS = [pytest.param("cupy", id="cupy"), pytest.param("numba", id="numba")]
-SCORE_DTYPES = [
-    pytest.param(torch.float32, id="fp32"),
-    pytest.param(torch.float64, id="fp64"),
-    pytest.param(torch.float16, id="fp16"),
-    pytest.param(torch.bfloat16, id="bf16"),
-]
-INDEX_DTYPES = [pytest.param(torch.int32, id="i32"), pytest.param(torch.int64, id="i64")]
 VALUE_DTYPES = [
     pytest.param(None, id="unweighted"),
     pytest.param(torch.float32, id="fp32"),

@@ -447,13 +447,6 @@ def _write_ogb(root: Path, name: str, n=10, seed=0) -> dict:
     return out
 
 
-@pytest.fixture
-def ogb_ready():
-    if not _deps.dgl_available():
-        pytest.skip("dgl not available")
-    pytest.importorskip("ogb")
-
-
 @pytest.mark.dgl
 @pytest.mark.parametrize("name", ["ogbn-arxiv", "ogbn-products"])
 def test_ogb_node_feature_datasets(tmp_path, ogb_ready, name):

@@ -43,13 +43,6 @@ def live(tmp_path) -> None:
     assert probe.exists()
 
 
-@pytest.fixture
-def ogb_ready():
-    if not _deps.dgl_available():
-        pytest.skip("dgl not available")
-    pytest.importorskip("ogb")
-
-
 # -- OGB's split_dict.pt -------------------------------------------------------------------------
 @pytest.mark.dgl
 def test_ogb_crafted_split_dict_next_to_the_csvs_is_never_unpickled(tmp_path, ogb_ready):
