@@ -6,9 +6,18 @@
 // tests/test_quant_cuda.py builds the same set with nvcc. The specification is the torch
 // reference in dgl_rsc/distributed/quant.py: for the same random numbers u the bytes written and
 // the values decoded are identical to it (every float operation below is a single IEEE
-// round-to-nearest operation, written with the _rn intrinsics so that nothing is contracted or
+// round-to-nearest operation, written as inline PTX so that nothing is contracted or
 // reassociated; the one product of a decode, q * s, is exact: q < 256 and s has 8 significant
 // bits).
+//
+// Subnormals: CuPy compiles with -ftz=true, appended after the caller's options (so
+// quant_cupy.OPTIONS cannot undo it), and under it every single-precision instruction the
+// compiler emits flushes subnormal operands and results to zero, while the reference keeps
+// them. Hence the qz_add/sub/mul/div/min/max below are inline PTX without .ftz (ptxas takes
+// them as written), the fp64 input is converted the same way, and the comparisons of values
+// that may be subnormal compare bit patterns (of non-negative values, where bit order is value
+// order) or the sign bit. Seen on an H200 with CuPy 14.2 (a row of subnormals encoded as a
+// constant row).
 //
 // Constants from the host (one source: quant.py):
 //   huge           (argument)   entries with |x| > huge (and inf, NaN) make a row special;
@@ -28,8 +37,26 @@ struct qz_bf16 {
   unsigned short bits;
 };
 
+#define QZ_BINARY(name, op)                                          \
+  __device__ __forceinline__ float name(float a, float b) {          \
+    float r;                                                         \
+    asm(op " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));               \
+    return r;                                                        \
+  }
+QZ_BINARY(qz_add, "add.rn.f32")
+QZ_BINARY(qz_sub, "sub.rn.f32")
+QZ_BINARY(qz_mul, "mul.rn.f32")
+QZ_BINARY(qz_div, "div.rn.f32")
+QZ_BINARY(qz_min, "min.f32")  // the operand that is not NaN, as fminf
+QZ_BINARY(qz_max, "max.f32")
+#undef QZ_BINARY
+
 __device__ __forceinline__ float qz_to_float(float x) { return x; }
-__device__ __forceinline__ float qz_to_float(double x) { return __double2float_rn(x); }
+__device__ __forceinline__ float qz_to_float(double x) {
+  float f;
+  asm("cvt.rn.f32.f64 %0, %1;" : "=f"(f) : "d"(x));
+  return f;
+}
 __device__ __forceinline__ float qz_to_float(qz_half x) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
@@ -50,8 +77,9 @@ template <int RESERVED>
 __device__ __forceinline__ unsigned int qz_code(float v, float u, float off, float s, int lr,
                                                 float huge) {
   if (fabsf(v) <= huge) {
-    if (!(s > 0.f)) return 0u;  // constant row: every entry equals the offset
-    const float w = __fadd_rn(__fdiv_rn(__fsub_rn(v, off), s), u);
+    if (__float_as_uint(s) == 0u) return 0u;  // constant row (s >= +0): every entry is the offset
+    // v - off >= 0 (off <= min), so w >= 0 and its floor is the same flushed or not
+    const float w = qz_add(qz_div(qz_sub(v, off), s), u);
     return (unsigned int)fminf(fmaxf(floorf(w), 0.f), (float)lr);
   }
   const int kind = isnan(v) ? 0 : (v > 0.f ? 1 : 2);
@@ -80,28 +108,30 @@ __global__ void qz_encode(const T* __restrict__ x, const float* __restrict__ u, 
   for (long long j = lane; j < dim; j += 32) {
     const float v = qz_to_float(xr[j]);
     if (fabsf(v) <= huge) {
-      mn = fminf(mn, v);
-      mx = fmaxf(mx, v);
+      mn = qz_min(mn, v);
+      mx = qz_max(mx, v);
     } else {
       special = 1;
     }
   }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    mn = fminf(mn, __shfl_xor_sync(0xFFFFFFFFu, mn, o));
-    mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+    mn = qz_min(mn, __shfl_xor_sync(0xFFFFFFFFu, mn, o));
+    mx = qz_max(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
   }
   special = __any_sync(0xFFFFFFFFu, special);
-  if (mn > mx) mn = mx = 0.f;  // no ordinary entry
-  mn = __fadd_rn(mn, 0.f);     // -0.0 -> +0.0, as the reference does
-  mx = __fadd_rn(mx, 0.f);
+  if (mn > mx) mn = mx = 0.f;  // no ordinary entry (+inf > -inf; flushing keeps a <= b)
+  mn = qz_add(mn, 0.f);        // -0.0 -> +0.0, as the reference does
+  mx = qz_add(mx, 0.f);
 
   const int lr = special ? FULL - RESERVED : FULL;
   const float lrf = (float)lr;
-  const float off = qz_bf16_grid(mn, mn < 0.f);
-  const float d = __fsub_rn(mx, off);
-  float s = qz_bf16_grid(__fdiv_rn(d, lrf), true);
-  if (__fmul_rn(s, lrf) < d) s = __uint_as_float(__float_as_uint(s) + 0x10000u);
+  const bool negative = (int)__float_as_uint(mn) < 0;  // mn < 0, subnormal too (-0.0 is gone)
+  const float off = qz_bf16_grid(mn, negative);
+  const float d = qz_sub(mx, off);  // >= +0
+  float s = qz_bf16_grid(qz_div(d, lrf), true);
+  if (__float_as_uint(qz_mul(s, lrf)) < __float_as_uint(d))  // both >= +0: s * lr < d
+    s = __uint_as_float(__float_as_uint(s) + 0x10000u);
   if (lane == 0) {
     meta[2 * r] = (unsigned short)(__float_as_uint(off) >> 16);
     meta[2 * r + 1] = (unsigned short)((__float_as_uint(s) >> 16) | (special ? 0x8000u : 0u));
@@ -143,7 +173,7 @@ __global__ void qz_decode(const unsigned short* __restrict__ meta,
       const int kind = q - lr - 1;
       y = __uint_as_float(kind == 1 ? 0x7F800000u : (kind == 2 ? 0xFF800000u : 0x7FC00000u));
     } else {
-      y = __fadd_rn(off, __fmul_rn((float)q, s));
+      y = qz_add(off, qz_mul((float)q, s));
     }
     out[r * dim + j] = y;
   }

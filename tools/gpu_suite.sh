@@ -10,6 +10,11 @@
 #   spmm     tools/bench_spmm.py --device cuda at Reddit and ogbn-products scale
 #   solver   tools/bench_solver.py: the budget solver, 3 layers x 2.4M rows, vs one product
 #   e2e      tools/bench_e2e.py: exact vs RSC vs PyG training at both scales, fp32 and bf16
+#   grid     exact's accuracy on the 200k preset against dataset.homophily ($GRID, seed 0)
+#   tta      time to accuracy on the 200k preset at homophily $H (default: the grid's largest
+#            with exact's test accuracy at most 0.94): the launcher on the PyG engine (stock
+#            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/tta_sweep.py (native engine,
+#            RSC default and cache_interval 1)
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
 out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
@@ -36,6 +41,20 @@ for stage in $stages; do
                $py tools/bench_e2e.py --device cuda --preset "$p" --epochs 80 --pyg --profile \
                  --out "$out/e2e_$p.json"
              done ;;
+    grid)    for h in ${GRID:-0.18 0.19 0.20 0.21}; do
+               $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --exact-only \
+                 --seeds 0 --eval-every 2 --set train.device=cuda --set dataset.homophily="$h" \
+                 --out "$out/grid_h$h.json"
+             done ;;
+    tta)     H=${H:-$($py tools/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
+             seeds=${TTA_SEEDS:-0 1 2}
+             echo "homophily $H, seeds $seeds"
+             $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
+               --set dataset.homophily="$H" --set train.engine=pyg \
+               --set "train.seeds=[${seeds// /,}]" --out "$out/tta_pyg" --force 2>&1 | tail -12
+             $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --seeds $seeds \
+               --eval-every 2 --set train.device=cuda --set dataset.homophily="$H" \
+               --variant default: --variant cache1:cache_interval=1 --out "$out/tta_native.json" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   rc=${PIPESTATUS[0]}

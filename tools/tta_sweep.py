@@ -20,6 +20,7 @@ import platform
 import sys
 import time
 
+import torch
 import yaml
 
 from dgl_rsc.launcher.schema import resolve
@@ -60,6 +61,17 @@ def _summary(rec: dict) -> dict:
     }
 
 
+def _device_name(device: torch.device) -> str:
+    """``"cpu"`` or the CUDA device's name (the machine a sweep's times come from)."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def _write(path: str, result: dict) -> None:
+    """Write ``result`` after every run, so that a long sweep cut short loses nothing."""
+    with open(path, "w") as f:
+        json.dump(result, f)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
@@ -68,21 +80,29 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], dest="sets", help="base override")
     p.add_argument("--tolerance", type=float, default=0.3, help="points below exact's best")
     p.add_argument("--eval-every", type=int, default=1)
+    p.add_argument(
+        "--exact-only",
+        action="store_true",
+        help="train only the exact baseline (to tune a preset's difficulty)",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     base = [*args.sets, f"train.eval_every={args.eval_every}", "train.checkpoint_every=0"]
     cfg0 = _config(args.config, {}, base)
     prep = prepare(cfg0)
     variants = [_variant(v) for v in args.variant] or [("default", {})]
+    variants = [] if args.exact_only else variants
     result = {"config": args.config, "sets": base, "seeds": args.seeds,
               "tolerance": args.tolerance, "machine": platform.node(),
-              "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(), "runs": {}}  # fmt: skip
+              "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(),
+              "device": _device_name(prep.device), "torch": torch.__version__,
+              "runs": {}}  # fmt: skip
     for seed in args.seeds:
         exact = _summary(train_one(cfg0, prep, "exact", seed, progress=False))
         result["runs"][f"exact-seed{seed}"] = exact
         target = exact["best"]["val"] - args.tolerance / 100
         e_cross = first_crossing(exact["history"], target)
-        line = [f"seed {seed} target {target:.4f} exact@{e_cross}"]
+        line = [f"seed {seed} target {target:.4f} exact@{e_cross} test {exact['best']['test']}"]
         for name, sets in variants:
             cfg = _config(args.config, sets, base)
             rec = _summary(train_one(cfg, prep, "rsc", seed, progress=False))
@@ -92,8 +112,8 @@ def main(argv=None) -> int:
                 rec["tta_speedup"] = e_cross["time_s"] / cross["time_s"]
             result["runs"][f"{name}-seed{seed}"] = rec
             line.append(f"{name}@{cross} x{rec.get('tta_speedup')}")
-            with open(args.out, "w") as f:  # after every run: a long sweep loses nothing
-                json.dump(result, f)
+            _write(args.out, result)
+        _write(args.out, result)
         print(" | ".join(str(x) for x in line), flush=True)
     return 0
 

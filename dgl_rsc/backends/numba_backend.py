@@ -24,25 +24,12 @@ from __future__ import annotations
 import math
 
 import numba
-import numpy as np
 import torch
 
 from ..base import _deps
 from ..sampling.rules import kept_count
 from .protocol import check_dtype_and_dim
 
-
-def _numpy_alias_for_numba_cuda() -> None:
-    """numba-cuda 0.68 still calls ``np.row_stack`` when it compiles kernels; NumPy 2.5
-    removed it (an alias of ``np.vstack``). Restore the alias there, and only there (seen on
-    the H100 image: numba-cuda 0.68, NumPy 2.5.2). It changes the ``numpy`` module, so it
-    happens when this backend is imported, not when dgl_rsc is."""
-    version = tuple(int(p) for p in np.__version__.split(".")[:2] if p.isdigit())
-    if version >= (2, 5) and not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack  # noqa: NPY201 (restoring the removed alias on purpose)
-
-
-_numpy_alias_for_numba_cuda()
 cuda = _deps.require_numba_cuda()
 
 __all__ = ["row_scores", "select_rows", "slice_transposed", "SIMULATOR"]

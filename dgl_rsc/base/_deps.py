@@ -154,14 +154,30 @@ def require_numba() -> ModuleType:
     )
 
 
+def _numpy_alias_for_numba_cuda() -> None:
+    """numba-cuda 0.68 still calls ``np.row_stack`` when it compiles kernels; NumPy 2.5
+    removed it (an alias of ``np.vstack``). Restore the alias there, and only there (seen on
+    the H100 and H200 images: numba-cuda 0.68, NumPy 2.5.2). It changes the ``numpy`` module,
+    so it happens when a Numba-CUDA backend is asked for, not when dgl_rsc is imported."""
+    import numpy as np
+
+    version = tuple(int(p) for p in np.__version__.split(".")[:2] if p.isdigit())
+    if version >= (2, 5) and not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack  # noqa: NPY201 (restoring the removed alias on purpose)
+
+
 def require_numba_cuda() -> ModuleType:
-    """Return ``numba.cuda`` or raise an ``ImportError`` naming what is missing."""
-    return _require(
+    """Return ``numba.cuda`` or raise an ``ImportError`` naming what is missing. Every
+    Numba-CUDA module (the sampling, codec and INT8 kernels) gets it here, so the NumPy alias
+    its compiler needs is restored here, once for all of them."""
+    cuda = _require(
         "numba.cuda",
         numba_cuda_available(),
         "The 'numba' backend needs numba (and numba-cuda on CUDA 13) with a CUDA device, or "
         "NUMBA_ENABLE_CUDASIM=1 for the simulator; use backend='torch' or 'auto' otherwise.",
     )
+    _numpy_alias_for_numba_cuda()
+    return cuda
 
 
 def torch_geometric_available() -> bool:

@@ -113,8 +113,9 @@ def _encode_kernel(bits: int):
                     v = x[r, j]
                     if abs(v) <= huge:
                         q = 0
-                        if s > 0:
-                            q = min(max(math.floor((v - off) / s + u[r, j]), 0), lr)
+                        if s > 0:  # numba-cuda's floor may return a float: q stays int
+                            t = math.floor((v - off) / s + u[r, j])
+                            q = numba.int32(min(max(t, 0), lr))
                     else:
                         kind = 0 if v != v else (1 if v > 0 else 2)
                         q = lr + 1 + min(kind, res - 1)

@@ -67,8 +67,9 @@ def row_norms(A: CSR, scales: Scales = NO_SCALES, skip_diagonal: bool = False) -
         if diag is not None:
             off = (~diag[0]).float()
             sq = off if sq is None else sq * off
-        c2 = torch.ones(A.shape[1], 1) if col is None else col.detach().float().square()
-        base = csr_mm(A.with_values(sq), c2.reshape(-1, 1).to(A.device)).squeeze(1)
+        c2 = (torch.ones(A.shape[1], device=A.device) if col is None
+              else col.detach().float().square().to(A.device))  # fmt: skip
+        base = csr_mm(A.with_values(sq), c2.reshape(-1, 1)).squeeze(1)
         base = base.clamp(min=0).sqrt()
     r = scales.row_factor()
     return base if r is None else base * r.detach().float().abs()

@@ -148,12 +148,12 @@ def error_curve(
     if not g2 > 0 or not torch.isfinite(torch.tensor(g2)):
         return None
     s2 = GS.square().sum((1, 2))
-    scale = torch.ones(g, dtype=torch.float64)
+    scale = torch.ones(g, dtype=torch.float64, device=s2.device)
     if rescale != "none":
         ls = (GS * Gd).sum((1, 2)) / s2.clamp(min=1e-300)
         scale = torch.where(s2 > 0, ls.clamp(min=1.0), scale)
     errs = (Gd - scale[:, None, None] * GS).square().sum((1, 2)) / g2
     errors = errs.clamp(min=0).sqrt()
     # a larger kept set never does worse in expectation: keep the curve non-increasing
-    errors = torch.cummin(errors, 0).values
+    errors = torch.cummin(errors, 0).values.cpu()  # G numbers, read on the host by the solver
     return ErrorCurve(torch.tensor(grid, dtype=torch.float64), errors, int(cols.numel()))

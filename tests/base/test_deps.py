@@ -24,7 +24,7 @@ def test_require_messages_name_the_fix(monkeypatch):
 
 def test_importing_dgl_rsc_changes_nothing_in_the_process():
     """No warnings filter installed by dgl_rsc's own code, DGLBACKEND set only while DGL is
-    imported, NumPy's namespace untouched (the numba-cuda alias lives in that backend)."""
+    imported, NumPy's namespace untouched (the numba-cuda alias comes with require_numba_cuda)."""
     script = """
 import os, sys, warnings
 import numpy as np
@@ -52,3 +52,17 @@ print("clean")
     proc = run_cmd([sys.executable, "-c", script], env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "clean" in proc.stdout
+
+
+def test_every_numba_cuda_user_gets_numpys_alias(monkeypatch):
+    """numba-cuda 0.68 calls ``np.row_stack``, gone in NumPy 2.5: ``require_numba_cuda``, the
+    one way in for the sampling, codec and INT8 kernels, restores it (on the H200 the codec's
+    kernels, imported without the sampling backend, failed to compile before it did)."""
+    import numpy as np
+
+    monkeypatch.setattr(np, "__version__", "2.5.2")
+    monkeypatch.delattr(np, "row_stack", raising=False)
+    monkeypatch.setattr(_deps, "numba_cuda_available", lambda: True)
+    monkeypatch.setattr(_deps, "_probe", lambda name: (object(), None))
+    _deps.require_numba_cuda()
+    assert np.row_stack is np.vstack  # noqa: NPY201 (the alias under test)

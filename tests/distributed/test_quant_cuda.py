@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,6 +117,39 @@ def test_nvcc_compiles_every_instantiation(arch, tmp_path):
     blob = out.read_bytes()
     for expr in names:
         assert expr.split("<")[0].encode() in blob, f"{expr} missing from the {arch} cubin"
+
+
+def _entries(ptx: str, prefix: str) -> dict:
+    """The bodies of the PTX ``.entry`` functions whose mangled name starts with ``prefix``."""
+    parts = re.split(r"\.visible \.entry ", ptx)[1:]
+    return {p.split("(")[0]: p for p in parts if p.startswith(prefix)}
+
+
+def test_encode_keeps_subnormals_under_cupys_ftz(tmp_path):
+    """CuPy appends ``-ftz=true`` to the options it is given, which makes the compiler flush
+    subnormal operands and results of its single-precision instructions. The arithmetic of the
+    quantizing kernels must not depend on it (the reference keeps subnormals; seen on an H200:
+    a row of subnormals was encoded as a constant row): no ``.ftz`` add, sub, mul, div or fp64
+    conversion in them, built exactly as CuPy builds them."""
+    nvcc = shutil.which("nvcc")
+    assert nvcc is not None, "nvcc is installed on the development and CI machines"
+    names, options = expressions()
+    src = tmp_path / "instantiate_quant.cu"
+    body = "".join(f"  (void)&{e};\n" for e in names)
+    src.write_text(f'#include "{CU}"\nvoid qz_compile_test() {{\n{body}}}\n')
+    out = tmp_path / "quant.ptx"
+    cmd = [nvcc, *options, "-ftz=true", "-arch=sm_90", "-ptx", "-o", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"nvcc failed:\n{proc.stderr}"
+    ptx = out.read_text()
+    kernels = {**_entries(ptx, "_Z9qz_encode"), **_entries(ptx, "_Z9qz_decode")}
+    assert len(kernels) == 4 * len(quant.QUANT_BITS) + len(quant.QUANT_BITS), sorted(kernels)
+    flushing = re.compile(r"\b(add|sub|mul|div)(\.\w+)*\.ftz(\.\w+)*\.f32\b|cvt\.rn\.ftz\.f32\.f64")
+    for name, text in kernels.items():
+        found = flushing.findall(text)
+        assert not found, f"{name}: flushing arithmetic {found[:3]} under -ftz=true"
+    # the check itself can fail: the same source's plain C++ arithmetic does flush
+    assert re.search(r"\bmul(\.\w+)*\.ftz\.f32", ptx), "the bf16 kernel's u * 65536 flushes"
 
 
 # -- Numba simulator ----------------------------------------------------------------------------
