@@ -65,3 +65,56 @@ def test_bench_cpu_e2e_time_to_accuracy_is_the_first_crossing(tmp_path, target):
     if not target:
         assert tta["methods"]["native-exact"]["status"] == "reached"
         assert tta["methods"]["native-exact"]["vs_native-exact"] == 1.0
+
+
+def test_tta_sweep_records_the_first_crossing_of_each_variant(tmp_path):
+    """``tools/tta_sweep.py`` as issue 22's sweeps ran it: per seed the exact run, then each
+    variant, with the time to exact's best validation minus the tolerance."""
+    cfg = write_config(tmp_path, train={"epochs": 8})
+    out = tmp_path / "sweep.json"
+    printed = _tool("tta_sweep.py", cfg, "--seeds", "0", "1", "--variant", "b05:budget=0.5",
+                    "--variant", "c1:cache_interval=1", "--out", str(out))  # fmt: skip
+    sweep = json.loads(out.read_text())
+    assert sweep["device"] == "cpu" and sweep["torch"]
+    assert sorted(sweep["runs"]) == sorted(f"{v}-seed{s}" for v in ("exact", "b05", "c1")
+                                           for s in (0, 1))  # fmt: skip
+    for seed in (0, 1):
+        exact = sweep["runs"][f"exact-seed{seed}"]
+        target = exact["best"]["val"] - sweep["tolerance"] / 100
+        e_cross = first_crossing(exact["history"], target)
+        assert e_cross is not None  # exact reaches its own best
+        for v in ("b05", "c1"):
+            run = sweep["runs"][f"{v}-seed{seed}"]
+            assert run["tta"] == first_crossing(run["history"], target)
+            if run["tta"] is None:
+                assert "tta_speedup" not in run
+            else:
+                assert run["tta_speedup"] == e_cross["time_s"] / run["tta"]["time_s"]
+    assert printed.count("seed ") == 2
+
+
+def test_exact_only_sweeps_pick_the_homophily_below_the_ceiling(tmp_path):
+    """The preset tuning of issue 22: ``--exact-only`` sweeps at several homophilies, then
+    ``tools/pick_homophily.py`` prints the largest whose exact test accuracy is under the
+    ceiling (and says which sweep is unusable)."""
+    cfg = write_config(tmp_path, train={"epochs": 6})
+    tests = {}
+    for h in ("0.2", "0.9"):
+        out = tmp_path / f"grid_h{h}.json"
+        _tool("tta_sweep.py", cfg, "--exact-only", "--set", f"dataset.homophily={h}",
+              "--out", str(out))  # fmt: skip
+        sweep = json.loads(out.read_text())
+        assert list(sweep["runs"]) == ["exact-seed0"]
+        tests[float(h)] = sweep["runs"]["exact-seed0"]["best"]["test"]
+    grids = [str(tmp_path / f"grid_h{h}.json") for h in ("0.2", "0.9")]
+    ceiling = (tests[0.2] + tests[0.9]) / 2
+    assert tests[0.9] > tests[0.2], tests  # homophily makes the graph easier
+    assert float(_tool("pick_homophily.py", *grids, "--ceiling", str(ceiling))) == 0.2
+    assert float(_tool("pick_homophily.py", *grids, "--ceiling", "1.0")) == 0.9
+    assert float(_tool("pick_homophily.py", *grids, "--ceiling", "0.0")) == 0.2  # none below
+    bad = tmp_path / "nohomophily.json"
+    bad.write_text(json.dumps({"sets": ["train.eval_every=1"], "runs": {}}))
+    env = {**os.environ, "PYTHONPATH": REPO}
+    done = run_cmd([sys.executable, os.path.join(TOOLS, "pick_homophily.py"), str(bad)],
+                   env=env, cwd=REPO, timeout=120)  # fmt: skip
+    assert done.returncode != 0 and "sets no dataset.homophily" in done.stderr

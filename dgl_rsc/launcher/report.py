@@ -59,7 +59,9 @@ PACKAGES = (
     "tqdm",
     "matplotlib",
     "cupy-cuda12x",
+    "cupy-cuda13x",  # the GPU images' CuPy (CUDA 13)
     "numba",
+    "numba-cuda",  # Numba's CUDA target on CUDA 13
     "torch-geometric",
 )
 TIMES = ("epoch_s", "forward_s", "backward_s", "select_s", "step_s")

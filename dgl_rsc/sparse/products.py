@@ -115,7 +115,9 @@ def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
         X = X * scales.col.to(X.dtype).unsqueeze(1)
     with warnings.catch_warnings():  # torch marks sparse CSR as beta; nothing to act on
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        A = torch.sparse_csr_tensor(indptr, indices, values, size=shape)
+        # the structure comes from a CSR dgl_rsc built or checked; saying so explicitly keeps
+        # torch >= 2.3 from warning on every product that its checks are off
+        A = torch.sparse_csr_tensor(indptr, indices, values, size=shape, check_invariants=False)
     out = torch.sparse.mm(A, X)
     if scales.row is not None:
         r = scales.row.to(out.dtype).unsqueeze(1)
