@@ -13,8 +13,8 @@
 #   grid     exact's accuracy on the 200k preset against dataset.homophily ($GRID, seed 0)
 #   tta      time to accuracy on the 200k preset at homophily $H (default: the grid's largest
 #            with exact's test accuracy at most 0.94): the launcher on the PyG engine (stock
-#            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/tta_sweep.py (native engine,
-#            RSC default and cache_interval 1)
+#            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/tta_sweep.py (native engine:
+#            RSC default, cache_interval 1, budget 0.3, budget auto)
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
 out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
@@ -54,7 +54,8 @@ for stage in $stages; do
                --set "train.seeds=[${seeds// /,}]" --out "$out/tta_pyg" --force 2>&1 | tail -12
              $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --seeds $seeds \
                --eval-every 2 --set train.device=cuda --set dataset.homophily="$H" \
-               --variant default: --variant cache1:cache_interval=1 --out "$out/tta_native.json" ;;
+               --variant default: --variant cache1:cache_interval=1 --variant b03:budget=0.3 \
+               --variant auto:budget=auto --out "$out/tta_native.json" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   rc=${PIPESTATUS[0]}

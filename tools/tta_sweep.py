@@ -23,6 +23,7 @@ import time
 import torch
 import yaml
 
+from dgl_rsc.base.atomic import atomic_write
 from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.launcher.tta import first_crossing
@@ -67,9 +68,9 @@ def _device_name(device: torch.device) -> str:
 
 
 def _write(path: str, result: dict) -> None:
-    """Write ``result`` after every run, so that a long sweep cut short loses nothing."""
-    with open(path, "w") as f:
-        json.dump(result, f)
+    """Write ``result`` after every run, atomically, so that a long sweep cut short loses
+    nothing it finished."""
+    atomic_write(path, lambda f: json.dump(result, f), mode="w")
 
 
 def main(argv=None) -> int:
