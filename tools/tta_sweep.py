@@ -91,8 +91,7 @@ def main(argv=None) -> int:
     base = [*args.sets, f"train.eval_every={args.eval_every}", "train.checkpoint_every=0"]
     cfg0 = _config(args.config, {}, base)
     prep = prepare(cfg0)
-    variants = [_variant(v) for v in args.variant] or [("default", {})]
-    variants = [] if args.exact_only else variants
+    variants = [] if args.exact_only else [_variant(v) for v in args.variant] or [("default", {})]
     result = {"config": args.config, "sets": base, "seeds": args.seeds,
               "tolerance": args.tolerance, "machine": platform.node(),
               "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(),
@@ -101,6 +100,7 @@ def main(argv=None) -> int:
     for seed in args.seeds:
         exact = _summary(train_one(cfg0, prep, "exact", seed, progress=False))
         result["runs"][f"exact-seed{seed}"] = exact
+        _write(args.out, result)
         target = exact["best"]["val"] - args.tolerance / 100
         e_cross = first_crossing(exact["history"], target)
         line = [f"seed {seed} target {target:.4f} exact@{e_cross} test {exact['best']['test']}"]
@@ -114,7 +114,6 @@ def main(argv=None) -> int:
             result["runs"][f"{name}-seed{seed}"] = rec
             line.append(f"{name}@{cross} x{rec.get('tta_speedup')}")
             _write(args.out, result)
-        _write(args.out, result)
         print(" | ".join(str(x) for x in line), flush=True)
     return 0
 

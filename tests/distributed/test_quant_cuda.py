@@ -100,15 +100,22 @@ def test_source_found_and_complete():
         assert f"qz_decode<{b}, {quant.RESERVED[b]}>" in names
 
 
+def _instantiations(tmp_path, names) -> Path:
+    """A source that includes ``quant_kernels.cu`` and takes the address of every
+    instantiation in ``names``, so nvcc builds each one."""
+    src = tmp_path / "instantiate_quant.cu"
+    body = "".join(f"  (void)&{e};\n" for e in names)
+    src.write_text(f'#include "{CU}"\nvoid qz_compile_test() {{\n{body}}}\n')
+    return src
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvcc_compiles_every_instantiation(arch, tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc not found")
     names, options = expressions()
-    src = tmp_path / "instantiate_quant.cu"
-    body = "".join(f"  (void)&{e};\n" for e in names)
-    src.write_text(f'#include "{CU}"\nvoid qz_compile_test() {{\n{body}}}\n')
+    src = _instantiations(tmp_path, names)
     out = tmp_path / f"quant_{arch}.cubin"
     cmd = [nvcc, *options, f"-arch={arch}", "-cubin", "-Xptxas=-warn-spills", "-o", str(out)]
     proc = subprocess.run([*cmd, str(src)], capture_output=True, text=True, timeout=300)
@@ -133,13 +140,13 @@ def test_encode_keeps_subnormals_under_cupys_ftz(tmp_path):
     conversion in them, built exactly as CuPy builds them."""
     nvcc = shutil.which("nvcc")
     assert nvcc is not None, "nvcc is installed on the development and CI machines"
+    from ..proc import run as run_cmd  # here: this file also runs as a script (simulator check)
+
     names, options = expressions()
-    src = tmp_path / "instantiate_quant.cu"
-    body = "".join(f"  (void)&{e};\n" for e in names)
-    src.write_text(f'#include "{CU}"\nvoid qz_compile_test() {{\n{body}}}\n')
+    src = _instantiations(tmp_path, names)
     out = tmp_path / "quant.ptx"
     cmd = [nvcc, *options, "-ftz=true", "-arch=sm_90", "-ptx", "-o", str(out), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    proc = run_cmd(cmd, timeout=300)
     assert proc.returncode == 0, f"nvcc failed:\n{proc.stderr}"
     ptx = out.read_text()
     kernels = {**_entries(ptx, "_Z9qz_encode"), **_entries(ptx, "_Z9qz_decode")}
