@@ -15,6 +15,8 @@
 #            with exact's test accuracy at most 0.94): the launcher on the PyG engine (stock
 #            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/tta_sweep.py (native engine:
 #            RSC default, cache_interval 1, budget 0.3, budget auto)
+#   rem      time to accuracy on the 200k preset (native engine, seeds $TTA_SEEDS, default 0-4):
+#            exact, RSC's defaults (remainder groups on), remainder_groups 0 (before), budget auto
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
 out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
@@ -56,6 +58,10 @@ for stage in $stages; do
                --eval-every 2 --set train.device=cuda --set dataset.homophily="$H" \
                --variant default: --variant cache1:cache_interval=1 --variant b03:budget=0.3 \
                --variant auto:budget=auto --out "$out/tta_native.json" ;;
+    rem)     $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+               --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
+               --variant default: --variant rem0:remainder_groups=0 --variant auto:budget=auto \
+               --out "$out/tta_remainder.json" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   rc=${PIPESTATUS[0]}

@@ -70,7 +70,8 @@ class RSCConfig:
         rule: ``"topk"`` keeps rows by score ``s_i`` (the paper); ``"cost"`` keeps rows by
             ``s_i^2 / nnz_i`` (the fractional-knapsack rule for the left-out energy).
         ema: weight of the newest score in the running average, in (0, 1].
-        rescale: the scale of the sampled product. ``"ls"`` (default): the least-squares
+        rescale: the scale of the sampled product when ``remainder_groups`` is 0 (with
+            groups the estimate needs none). ``"ls"`` (default): the least-squares
             factor ``<G_S, G> / ||G_S||^2``, estimated at each refresh from ``probe_rows``
             dropped rows drawn by score and clipped to ``[1, total / kept score mass]`` (1 when
             the dropped rows' contributions are independent, larger when they align with the
@@ -81,6 +82,15 @@ class RSCConfig:
             ``"exact"`` always applies it exactly and samples the off-diagonal rows with the
             rest of the budget (its ``N`` entries count as work; measured to lose at equal
             work on graphs of average degree 20-100).
+        remainder_groups: ``K >= 1`` (default 10): at each refresh the rows the sample drops
+            (those with a non-zero score) are split at random into ``K`` groups, and each step
+            adds one group's product times ``K``, in turn (:mod:`dgl_rsc.sampling.remainder`):
+            the step's product is then an unbiased estimate of the exact one, for about
+            ``1/K`` of the dropped rows' non-zeros more per step, and a cached sample no
+            longer leaves out the same rows step after step (which is what slowed the
+            approximate phase's convergence: ``docs/benchmarks.md``). The sample itself is not
+            rescaled then (``rescale`` applies only with ``0``). ``0``: the dropped rows are
+            left out, as in the paper.
         probe_rows: dropped rows drawn per refresh to estimate the ``"ls"`` scale (>= 1).
         subgraph_cache: mini-batch training: per product, the states (running scores, cached
             sample) of this many subgraphs besides the current one are kept, so a subgraph
@@ -108,6 +118,7 @@ class RSCConfig:
     ema: float = 0.5
     rescale: str = "ls"
     diagonal: str = "sample"
+    remainder_groups: int = 10
     probe_rows: int = 256
     check_finite: bool = True
     subgraph_cache: int = 32
@@ -133,6 +144,12 @@ class RSCConfig:
         _check_choice(self, "rescale", RESCALES)
         _check_choice(self, "diagonal", DIAGONALS)
         _check_number(self, "probe_rows", int, lo=1)
+        _check_number(self, "remainder_groups", int, lo=0)
+        if self.remainder_groups and self.diagonal == "exact":
+            raise ConfigError(
+                "RSCConfig.remainder_groups needs diagonal='sample' (the groups would count an "
+                "exactly applied diagonal twice); set one of them back to its default."
+            )
         _check_number(self, "subgraph_cache", int, lo=0)
         for key in ("check_finite", "guard"):
             if not isinstance(getattr(self, key), bool):
@@ -181,6 +198,12 @@ class RSCConfig:
         """The fixed budget, or under ``budget: auto`` the fraction of non-zeros a layer
         keeps until its first tune (:data:`AUTO_START`)."""
         return AUTO_START if self.auto else float(self.budget)
+
+    @property
+    def scale_mode(self) -> str:
+        """The scale the sampled rows' product gets: ``rescale``, or ``"none"`` when the
+        dropped rows are estimated by ``remainder_groups``."""
+        return "none" if self.remainder_groups else self.rescale
 
     @property
     def switch_step(self) -> Optional[int]:

@@ -15,6 +15,7 @@ import torch
 
 from ..sampling import Sample, draw_sample, row_norms, selection_key
 from ..sampling.error import ErrorCurve, error_curve
+from ..sampling.remainder import cut_groups
 from ..sparse.csr import CSR
 from ..sparse.products import Scales
 from .stats import LayerStats, Timer
@@ -32,6 +33,13 @@ def _checksum(t: Optional[torch.Tensor]):
         return None
     d = t.detach().reshape(-1)
     return (d.numel(), float(d.sum(dtype=torch.float64)), float(d[::7].sum(dtype=torch.float64)))
+
+
+def _export_groups(rest: Optional[list]) -> Optional[list]:
+    """The remainder groups' slices (``None`` for none) as dicts of tensors."""
+    if rest is None:
+        return None
+    return [{"indptr": g.indptr, "indices": g.indices, "values": g.values} for g in rest]
 
 
 class LayerState:
@@ -124,6 +132,8 @@ class LayerState:
         s = self._sample
         if s is None or s.token != A.token or s.alloc_version != step.alloc_version:
             return None
+        if step.config.remainder_groups and s.rest is None:  # restored without its groups
+            return None
         return s if s.uses < step.config.cache_interval else None
 
     def refresh(self, A: CSR, dY: torch.Tensor, scales: Scales, step: StepInfo, backend):
@@ -140,8 +150,11 @@ class LayerState:
             budget = int(cfg.fraction * A.nnz) - (0 if diag is None else int(diag[1].sum()))
         timer = Timer(dY.device)
         norms = self.norms(A, scales, diag is not None)
-        sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.rescale, scales,
-                             cfg.diagonal, norms)  # fmt: skip
+        sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.scale_mode,
+                             scales, cfg.diagonal, norms)  # fmt: skip
+        if cfg.remainder_groups:  # the groups this sample will use before it is redrawn
+            sample.rest = cut_groups(A, sample, cfg.remainder_groups, backend,
+                                     self.generator(dY.device), cfg.cache_interval)  # fmt: skip
         self.stats.refreshed(timer.stop(), sample.k)
         self.record(A, sample.scores, cfg)
         sample.token, sample.alloc_version = A.token, step.alloc_version
@@ -164,7 +177,7 @@ class LayerState:
         )
         self.probes += 1
         self.curve = error_curve(A, dY, scales, key, row_nnz, cfg.probe_rows, gen,
-                                 cfg.rescale)  # fmt: skip
+                                 cfg.scale_mode)  # fmt: skip
         self.stats.timed(timer.stop())
 
     def norms(self, A: CSR, scales: Scales, skip_diagonal: bool) -> torch.Tensor:
@@ -248,6 +261,7 @@ class LayerState:
                 "k": s.k,
                 "nnz": s.nnz,
                 "factor": s.factor,
+                "rest": _export_groups(s.rest),
             }
         return out
 
@@ -269,6 +283,10 @@ class LayerState:
             t = CSR(sd["indptr"], sd["indices"], sd["values"], tuple(sd["shape"]), check=False)
             self._sample = Sample(None, int(sd.get("alloc_version", -1)), t, sd["k"], sd["nnz"],
                                   sd.get("factor"), uses=int(sd.get("uses", 0)))  # fmt: skip
+            rest = sd.get("rest")
+            if rest is not None:
+                self._sample.rest = [CSR(g["indptr"], g["indices"], g["values"], t.shape,
+                                         check=False) for g in rest]  # fmt: skip
 
     def __repr__(self) -> str:
         rows = None if self.ema is None else self.ema.shape[0]

@@ -15,6 +15,7 @@ import torch
 
 from ..backends import resolve
 from ..sampling import apply_scale, propagate_nonfinite, sample_product
+from ..sampling.remainder import rest_product
 from ..sparse.csr import CSR
 from ..sparse.products import NO_SCALES, Scales, csr_t_mm
 from .layer_state import LayerState
@@ -54,12 +55,19 @@ class LayerSlot:
         if fresh:
             sample = state.refresh(A, dY, scales, step, backend)
         sample.uses += 1
-        state.stats.sampled(sample.nnz, hit=not fresh)
         out = sample_product(A, sample, dY, scales)
-        if fresh:
+        if sample.rest is not None:  # plus one group of the dropped rows, unbiased
+            extra, nnz = rest_product(A, sample, dY, scales, sample.uses - 1,
+                                      cfg.remainder_groups)  # fmt: skip
+            out = extra.add_(out)
+            state.stats.sampled(sample.nnz + nnz, hit=not fresh)
+        else:
+            state.stats.sampled(sample.nnz, hit=not fresh)
+        if fresh and sample.rest is None:
             gen = state.generator(dY.device)
             out = apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, gen,
                               cfg.diagonal)  # fmt: skip
+        if fresh:
             sample.scores = None  # only the refresh needs them
         if cfg.check_finite:
             out = propagate_nonfinite(A, dY, scales, out)

@@ -72,6 +72,7 @@ class Sampler:
         from .config import RSCConfig
 
         options.setdefault("min_k", 0)
+        options.setdefault("remainder_groups", 0)  # no cached sample: nothing to take turns
         self.config = RSCConfig(budget=budget, **options)
         self._gen = None
 

@@ -26,6 +26,7 @@ from .scale import estimate_ls_scale
 __all__ = [
     "Sample",
     "apply_scale",
+    "cut_rows",
     "draw_sample",
     "mass_scale",
     "propagate_nonfinite",
@@ -53,6 +54,7 @@ class Sample:
     mask: Optional[torch.Tensor] = None  # (M,) bool, the kept rows
     scores: Optional[torch.Tensor] = None  # (M,) the scores it was drawn from (refresh only)
     uses: int = 0  # backward products it served (it is redrawn after cache_interval)
+    rest: Optional[list] = None  # CSRs (N, M) of the dropped rows' groups (remainder_groups)
 
 
 def row_norms(A: CSR, scales: Scales = NO_SCALES, skip_diagonal: bool = False) -> torch.Tensor:
@@ -121,22 +123,28 @@ def draw_sample(
     # diagonal term is already there and min_k is taken as given)
     min_k = max(int(min_k), 1 if diag is None else 0)
     mask, k = backend.select_rows(key, row_nnz, max(budget, 0), min_k)
+    t_slice = cut_rows(A, mask, backend, None if diag is None else diag[2])
+    factor = mass_scale(scores, mask) if rescale == "mass" else None
+    return Sample(None, -1, t_slice, k, t_slice.indptr[-1].long(), factor, mask, scores)
+
+
+def cut_rows(A: CSR, mask: torch.Tensor, backend, keep: Optional[torch.Tensor] = None) -> CSR:
+    """``A[S, :]^T`` as an ``(N, M)`` CSR for the rows ``S`` of ``mask (M,)`` (bool), plus the
+    entries of ``A^T`` that ``keep (nnz,)`` keeps in any case (an exact diagonal), through
+    ``backend``; column ids stay ``A``'s row ids, values are ``A``'s (or none)."""
     # fp16/bf16 values are sliced as float32 (exact both ways): not every backend slices them
     values = A.values if A.values is None else A.values.detach()
     half = values is not None and values.dtype in _HALF
     values = values.float() if half else values
-    if diag is None and hasattr(backend, "slice_rows"):  # cut from the kept rows alone
+    if keep is None and hasattr(backend, "slice_rows"):  # cut from the kept rows alone
         s_indptr, s_idx, s_vals = backend.slice_rows(A.indptr, A.indices, values, A.shape,
                                                      mask)  # fmt: skip
     else:
         t_indptr, t_rows, perm = A.transposed()
         t_vals = None if values is None else values[perm]
-        keep = None if diag is None else diag[2]
         s_indptr, s_idx, s_vals = backend.slice_transposed(t_indptr, t_rows, t_vals, mask, keep)
     s_vals = s_vals.to(A.values.dtype) if half else s_vals
-    factor = mass_scale(scores, mask) if rescale == "mass" else None
-    t_slice = CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
-    return Sample(None, -1, t_slice, k, s_indptr[-1].long(), factor, mask, scores)
+    return CSR(s_indptr, s_idx, s_vals, (A.shape[1], A.shape[0]), check=False)
 
 
 def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> torch.Tensor:

@@ -13,6 +13,7 @@ from dgl_rsc.core.config import ConfigError, RSCConfig
 from dgl_rsc.core.guard import Guard
 from dgl_rsc.core.slot import LayerSlot
 from dgl_rsc.models import build_model
+from dgl_rsc.sampling import sample_product
 from dgl_rsc.sampling.error import ErrorCurve, fraction_for_error
 from dgl_rsc.sparse.graph import Graph
 from dgl_rsc.sparse.products import csr_t_mm
@@ -21,8 +22,12 @@ from ..conftest import SHARED_DATA, labelled_graph
 
 
 class _Spy(LayerSlot):
-    """Records, at every fresh sample, the measured error of the sampled product next to the
-    error the layer's curve (estimated on the same ``dY``) predicts for its non-zeros."""
+    """Records, at every fresh sample, the measured error of the sampled rows' product next to
+    the error the layer's curve (estimated on the same ``dY``) predicts for its non-zeros.
+
+    The curve estimates what the sampled rows leave out: with ``remainder_groups`` (the
+    default) that is the part the groups then estimate without bias, so the error measured is
+    the one of the sampled rows' product alone, without this step's group."""
 
     __slots__ = ("log",)
 
@@ -34,7 +39,8 @@ class _Spy(LayerSlot):
         s = self.state.sample
         if self.step.phase == "approx" and s is not None and s.uses == 1 and self.state.curve:
             exact = csr_t_mm(A, dY, scales)
-            measured = float((out - exact).norm() / exact.norm())
+            alone = out if s.rest is None else sample_product(A, s, dY, scales)
+            measured = float((alone - exact).norm() / exact.norm())
             frac = float(s.nnz) / float(self.state.row_nnz.sum())
             self.log.append((self.state.index, frac, measured, self.state.curve.at(frac)))
         return out

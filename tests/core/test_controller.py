@@ -47,8 +47,9 @@ def test_cache_reused_within_period_and_refreshed_after(A):
     assert st["cache_bytes"] > 0
 
 
-def test_cached_sample_is_applied_to_the_new_gradient(A):
-    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=10)
+@pytest.mark.parametrize("groups", [0, 10])
+def test_cached_sample_is_applied_to_the_new_gradient(A, groups):
+    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=10, remainder_groups=groups)
     X = torch.randn(600, 8, requires_grad=True)
     run_step(rsc, [A], X, torch.randn(600, 8))
     sample = rsc.layers[0]._sample
@@ -56,6 +57,9 @@ def test_cached_sample_is_applied_to_the_new_gradient(A):
     got = run_step(rsc, [A], X, G2)
     factor = 1.0 if sample.factor is None else float(sample.factor)
     expect = factor * (sample.t_slice.to_dense() @ G2)
+    if groups:  # the second step adds the second group of the dropped rows, times K
+        assert sample.factor is None and len(sample.rest) == 10
+        expect = expect + groups * (sample.rest[1].to_dense() @ G2)
     torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
 
 
@@ -160,7 +164,7 @@ def test_state_dict_roundtrip_resumes_identically(A, tmp_path):
 
 
 def test_private_layer_controller_uses_config_budget(A):
-    rsc = RSCController(budget=0.05, warmup_steps=0, min_k=0)
+    rsc = RSCController(budget=0.05, warmup_steps=0, min_k=0, remainder_groups=0)
     X = torch.randn(600, 4, requires_grad=True)
     spmm_matrix(A, X, rsc).sum().backward()
     assert rsc.stats()["visited_fraction"] <= 0.05 + 1e-9
@@ -176,7 +180,8 @@ def test_step_counters_fold_so_memory_stays_bounded(A, monkeypatch):
     for _ in range(11):
         run_step(rsc, [A], X, torch.randn(600, 8))
         st = rsc.layers[0]
-        visited += int(st._sample.nnz)  # what this step's product visited
+        s = st._sample  # what this step's product visited: the sample and one group
+        visited += int(s.nnz) + s.rest[(s.uses - 1) % len(s.rest)].nnz
         assert len(st.stats._pending) < 4 and len(st.stats._timers) < 4
     stats = rsc.stats()["layers"][0]
     # 11 approximated steps in periods of 3: 4 refreshes; every step's non-zeros counted
@@ -190,7 +195,7 @@ def test_a_layer_state_alone_with_a_step_record(A):
     from dgl_rsc.core.layer_state import LayerState
     from dgl_rsc.core.slot import LayerSlot, StepInfo
 
-    cfg = RSCConfig(budget=0.2)
+    cfg = RSCConfig(budget=0.2, remainder_groups=0)
     state = LayerState(0)
     X = torch.randn(600, 4, requires_grad=True)
     G = torch.randn(600, 4)

@@ -104,7 +104,10 @@ def _losses(name, engine, rsc=True):
                     "feat_dim": 8, "seed": 2},
         "model": {"name": name, "hidden": 16, "layers": 2, "dropout": 0.5},
         "train": {"epochs": 6, "lr": 0.02, "engine": engine, "device": "cpu"},
-        "rsc": {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1},
+        # no remainder groups: they are drawn from each product's generator, seeded by the
+        # product's index, and the patch numbers products differently from the drop-ins
+        "rsc": {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1,
+                "remainder_groups": 0},
     }  # fmt: skip
     cfg = resolve(apply_overrides(raw, [] if rsc else ["rsc=null"]))
     rec = train_one(cfg, prepare(cfg), "rsc" if rsc else "exact", seed=0, progress=False)
