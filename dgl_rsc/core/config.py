@@ -148,7 +148,8 @@ class RSCConfig:
         if self.remainder_groups and self.diagonal == "exact":
             raise ConfigError(
                 "RSCConfig.remainder_groups needs diagonal='sample' (the groups would count an "
-                "exactly applied diagonal twice); set one of them back to its default."
+                "exactly applied diagonal twice); set remainder_groups=0 to apply the diagonal "
+                "exactly, or diagonal='sample' to keep the groups."
             )
         _check_number(self, "subgraph_cache", int, lo=0)
         for key in ("check_finite", "guard"):

@@ -55,19 +55,16 @@ class LayerSlot:
         if fresh:
             sample = state.refresh(A, dY, scales, step, backend)
         sample.uses += 1
-        out = sample_product(A, sample, dY, scales)
+        out, nnz = sample_product(A, sample, dY, scales), sample.nnz
         if sample.rest is not None:  # plus one group of the dropped rows, unbiased
-            extra, nnz = rest_product(A, sample, dY, scales, sample.uses - 1,
-                                      cfg.remainder_groups)  # fmt: skip
-            out = extra.add_(out)
-            state.stats.sampled(sample.nnz + nnz, hit=not fresh)
-        else:
-            state.stats.sampled(sample.nnz, hit=not fresh)
-        if fresh and sample.rest is None:
-            gen = state.generator(dY.device)
-            out = apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, gen,
-                              cfg.diagonal)  # fmt: skip
+            extra, extra_nnz = rest_product(A, sample, dY, scales, sample.uses - 1,
+                                            cfg.remainder_groups)  # fmt: skip
+            out, nnz = extra.add_(out), nnz + extra_nnz
+        state.stats.sampled(nnz, hit=not fresh)
         if fresh:
+            gen = state.generator(dY.device)
+            out = apply_scale(A, sample, dY, scales, out, cfg.scale_mode, cfg.probe_rows, gen,
+                              cfg.diagonal)  # fmt: skip
             sample.scores = None  # only the refresh needs them
         if cfg.check_finite:
             out = propagate_nonfinite(A, dY, scales, out)

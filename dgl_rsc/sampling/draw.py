@@ -32,6 +32,7 @@ __all__ = [
     "propagate_nonfinite",
     "row_norms",
     "sample_product",
+    "scaled_transpose",
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
@@ -152,18 +153,25 @@ def sample_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> 
     ``A``'s transposed structure, like the exact backward's. Rows of the output that no kept
     row reaches are zero; a step that reuses the cached slice writes only the others when it
     gets back the buffer the slice's last product left unmodified."""
-    ts = scales.transposed()
-    row = ts.row
-    if sample.factor is not None:
-        f = sample.factor.to(dY.dtype if dY.is_floating_point() else torch.float32)
-        row = f.expand(A.shape[1]) if row is None else row * f
     return csr_mm(
         sample.t_slice,
         dY,
-        Scales(row, ts.col, quant=ts.quant),
+        scaled_transpose(scales, sample.factor, A.shape[1], dY),
         pool=A.transpose_pool(),
         sparse_write=True,
     )
+
+
+def scaled_transpose(scales: Scales, factor: Optional[torch.Tensor], n: int,
+                     dY: torch.Tensor) -> Scales:  # fmt: skip
+    """The scales of ``factor * (diag(r) A diag(c))^T`` (``A (M, N)``, ``n = N``) for a
+    product with ``dY``: the 0-dim ``factor`` (``None``: 1) folded into the row scale."""
+    ts = scales.transposed()
+    row = ts.row
+    if factor is not None:
+        f = factor.to(dY.dtype if dY.is_floating_point() else torch.float32)
+        row = f.expand(n) if row is None else row * f
+    return Scales(row, ts.col, quant=ts.quant)
 
 
 def apply_scale(

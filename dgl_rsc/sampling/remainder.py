@@ -22,7 +22,7 @@ import torch
 
 from ..sparse.csr import CSR
 from ..sparse.products import Scales, csr_mm
-from .draw import Sample, cut_rows
+from .draw import Sample, cut_rows, scaled_transpose
 
 __all__ = ["cut_groups", "rest_product"]
 
@@ -45,11 +45,9 @@ def cut_groups(
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got {groups}.")
     count = groups if uses is None else max(1, min(groups, int(uses)))
-    m = A.shape[0]
     dropped = ~sample.mask & (sample.scores != 0) & (A.row_nnz() > 0)
-    label = torch.randint(0, groups, (m,), generator=generator, device=generator.device
-                          if generator is not None else A.device)  # fmt: skip
-    label = label.to(A.device)
+    dev = A.device if generator is None else generator.device
+    label = torch.randint(0, groups, (A.shape[0],), generator=generator, device=dev).to(A.device)
     return [cut_rows(A, dropped & (label == g), backend) for g in range(count)]
 
 
@@ -57,11 +55,7 @@ def rest_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: 
                  groups: int) -> tuple:  # fmt: skip
     """``(N, D)`` ``K * diag(c) A[R_g]^T diag(r) dY`` for the group ``g = use mod len(rest)``
     of ``sample.rest``, and the 0-dim number of non-zeros it visited (``K = groups``)."""
-    rest = sample.rest
-    group = rest[use % len(rest)]
-    ts = scales.transposed()
-    k = torch.tensor(float(groups), dtype=dY.dtype if dY.is_floating_point()
-                     else torch.float32, device=dY.device)  # fmt: skip
-    row = k.expand(A.shape[1]) if ts.row is None else ts.row * k.to(ts.row.dtype)
-    out = csr_mm(group, dY, Scales(row, ts.col, quant=ts.quant), pool=A.transpose_pool())
+    group = sample.rest[use % len(sample.rest)]
+    k = torch.tensor(float(groups), device=dY.device)
+    out = csr_mm(group, dY, scaled_transpose(scales, k, A.shape[1], dY), pool=A.transpose_pool())
     return out, group.indptr[-1].long()
