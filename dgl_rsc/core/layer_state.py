@@ -15,7 +15,7 @@ import torch
 
 from ..sampling import Sample, draw_sample, row_norms, selection_key
 from ..sampling.error import ErrorCurve, error_curve
-from ..sampling.remainder import cut_groups
+from ..sampling.remainder import Groups, cut_groups
 from ..sparse.csr import CSR
 from ..sparse.products import Scales
 from .stats import LayerStats, Timer
@@ -33,13 +33,6 @@ def _checksum(t: Optional[torch.Tensor]):
         return None
     d = t.detach().reshape(-1)
     return (d.numel(), float(d.sum(dtype=torch.float64)), float(d[::7].sum(dtype=torch.float64)))
-
-
-def _export_groups(rest: Optional[list]) -> Optional[list]:
-    """The remainder groups' slices (``None`` for none) as dicts of tensors."""
-    if rest is None:
-        return None
-    return [{"indptr": g.indptr, "indices": g.indices, "values": g.values} for g in rest]
 
 
 class LayerState:
@@ -124,7 +117,8 @@ class LayerState:
 
     def cache_bytes(self) -> int:
         samples = [self._sample] + [v[4] for v in self._others.values()]
-        return sum(s.t_slice.nbytes() for s in samples if s is not None)
+        return sum(s.t_slice.nbytes() + (0 if s.rest is None else s.rest.nbytes())
+                   for s in samples if s is not None)  # fmt: skip
 
     def cached(self, A: CSR, step: StepInfo) -> Optional[Sample]:
         """The sample of ``A`` when it may serve this step: cut from ``A``'s structure, under
@@ -153,7 +147,7 @@ class LayerState:
         sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.scale_mode,
                              scales, cfg.diagonal, norms)  # fmt: skip
         if cfg.remainder_groups:  # the groups this sample will use before it is redrawn
-            sample.rest = cut_groups(A, sample, cfg.remainder_groups, backend,
+            sample.rest = cut_groups(A, sample, cfg.remainder_groups,
                                      self.generator(dY.device), cfg.cache_interval)  # fmt: skip
         self.stats.refreshed(timer.stop(), sample.k)
         self.record(A, sample.scores, cfg)
@@ -261,7 +255,7 @@ class LayerState:
                 "k": s.k,
                 "nnz": s.nnz,
                 "factor": s.factor,
-                "rest": _export_groups(s.rest),
+                "rest": None if s.rest is None else s.rest.export(),
             }
         return out
 
@@ -285,8 +279,7 @@ class LayerState:
                                   sd.get("factor"), uses=int(sd.get("uses", 0)))  # fmt: skip
             rest = sd.get("rest")
             if rest is not None:
-                self._sample.rest = [CSR(g["indptr"], g["indices"], g["values"], t.shape,
-                                         check=False) for g in rest]  # fmt: skip
+                self._sample.rest = Groups.restore(rest)
 
     def __repr__(self) -> str:
         rows = None if self.ema is None else self.ema.shape[0]

@@ -15,7 +15,7 @@ import torch
 
 from ..backends import resolve
 from ..sampling import apply_scale, propagate_nonfinite, sample_product
-from ..sampling.remainder import rest_product
+from ..sampling.remainder import step_product
 from ..sparse.csr import CSR
 from ..sparse.products import NO_SCALES, Scales, csr_t_mm
 from .layer_state import LayerState
@@ -55,11 +55,12 @@ class LayerSlot:
         if fresh:
             sample = state.refresh(A, dY, scales, step, backend)
         sample.uses += 1
-        out, nnz = sample_product(A, sample, dY, scales), sample.nnz
-        if sample.rest is not None:  # plus one group of the dropped rows, unbiased
-            extra, extra_nnz = rest_product(A, sample, dY, scales, sample.uses - 1,
-                                            cfg.remainder_groups)  # fmt: skip
-            out, nnz = extra.add_(out), nnz + extra_nnz
+        if sample.rest is None:
+            out, nnz = sample_product(A, sample, dY, scales), sample.nnz
+        else:  # plus one group of the dropped rows, unbiased
+            out, extra = step_product(A, sample, dY, scales, sample.uses - 1,
+                                      cfg.remainder_groups, backend)  # fmt: skip
+            nnz = sample.nnz + extra
         state.stats.sampled(nnz, hit=not fresh)
         if fresh:
             gen = state.generator(dY.device)

@@ -7,8 +7,9 @@ the rank that wrote it and the world size (``None`` on one process), and the res
 
 - on every rank: the checkpoint exists on all ranks or on none (a partial set would let one
   rank restart from epoch 0 while the others continue);
-- each file was written by this rank of a run on as many processes, all at the same epoch,
-  all by one run;
+- each file was written by this rank of a run on as many processes, all at the same epoch
+  (a set that a stop during a save left at several epochs is first brought back to the
+  newest common one: :mod:`dgl_rsc.launcher.ckpt_settle`), all by one run;
 - that run is this one (its id), under the same config (``train.lr`` included).
 
 The last two may be overridden with ``--resume-anyway`` (logged); a broken set may not. All
@@ -28,7 +29,15 @@ import torch
 from ..core.config import ConfigError
 from .checkpoint import atomic_write_text, claim
 
-__all__ = ["RUN_FILE", "start_run_id", "read_run_id", "identity", "flatten", "verify_set"]
+__all__ = [
+    "RUN_FILE",
+    "start_run_id",
+    "read_run_id",
+    "identity",
+    "flatten",
+    "verify_set",
+    "gather_ranks",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +120,7 @@ def verify_set(cfg, name: str, path: str, state: Optional[dict], run_id: Optiona
         _id_number(extra.get("run_id")) if has_id else 0.0,
         float(finished),
     ]
-    rows = _gather(row, dist)
+    rows = gather_ranks(row, dist)
     if any(r[5] for r in rows):
         return
     world = 1 if dist is None else dist.world_size
@@ -152,8 +161,9 @@ def verify_set(cfg, name: str, path: str, state: Optional[dict], run_id: Optiona
     if len(epochs) > 1:
         per = ", ".join(f"rank {q}: {int(r[1])}" for q, r in enumerate(rows))
         raise ConfigError(
-            f"the checkpoints of {name} are from different epochs ({per}): a set must be "
-            f"saved at one epoch (a run stopped while saving?). {fresh}"
+            f"the checkpoints of {name} are from different epochs ({per}), and no epoch is "
+            f"held by every rank's current or previous (.prev.pt) checkpoint to go back to: "
+            f"a set must be saved at one epoch. {fresh}"
         )
     ids = {r[4] for r in rows if r[2] != -2.0}
     if len(ids) > 1:
@@ -189,7 +199,7 @@ def _overridable(resume_anyway: bool, message: str) -> None:
     log.warning("--resume-anyway: %s", message)
 
 
-def _gather(row: list, dist) -> list:
+def gather_ranks(row: list, dist) -> list:
     """Every rank's ``row`` (a list of floats), in rank order."""
     t = torch.tensor([row], dtype=torch.float64)
     if dist is None:

@@ -46,6 +46,7 @@ from ..int8 import quantize_model
 from ..models.engines import get_engine
 from ..models.paper import build_model
 from .checkpoint import atomic_write_text, claim, save_checkpoint
+from .ckpt_settle import move_aside, previous_path, settle_set
 from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .prepare import (
     Prepared,
@@ -58,8 +59,8 @@ from .prepare import (
 from .report import strict_json
 from .resume import merged_stats, read_checkpoint, read_record, restore
 from .run_state import RunState
+from .runid import gather_ranks, read_run_id, verify_set
 from .runid import identity as run_identity
-from .runid import read_run_id, verify_set
 from .schema import RunConfig
 from .tta import train_time
 
@@ -239,6 +240,8 @@ def train_one(
             if ckpt_path and t.checkpoint_every and epoch % t.checkpoint_every == 0:
                 extra = {"history": history, "best": best, "data_sha256": prep.fingerprint,
                          "rsc_stats": merged_stats(run.ctl, base), **(identity or {})}  # fmt: skip
+                if prep.dist is not None:  # kept for a set that a stop splits (ckpt_settle)
+                    move_aside(ckpt_path)
                 save_checkpoint(ckpt_path, model=run.model, optimizer=run.opt, controller=run.ctl,
                                 scaler=run.scaler, epoch=epoch, extra=extra)  # fmt: skip
             if on_epoch_end is not None:
@@ -295,9 +298,11 @@ def run_experiment(
         state = None
         if os.path.exists(record):
             done[seed, method] = read_record(record, prep, name)
-        elif os.path.exists(ckpt):  # loaded again on its turn
-            state = read_checkpoint(ckpt, prep, name, map_location="cpu")
         finished = (seed, method) in done  # every rank checks every run's set together:
+        if dist is not None:  # a save that a stop interrupted: back to a common epoch
+            settle_set(name, ckpt, dist, finished, lambda row: gather_ranks(row, dist))
+        if not finished and os.path.exists(ckpt):  # loaded again on its turn
+            state = read_checkpoint(ckpt, prep, name, map_location="cpu")
         verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway, finished)
     records = []
     for seed, method in plan:
@@ -305,7 +310,9 @@ def run_experiment(
             record, ckpt = paths[seed, method]
             if main:  # the manifest and the records are rank 0's; checkpoints every rank's
                 ckpts = [ckpt] if dist is None else [
-                    ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
+                    p for q in range(dist.world_size)
+                    for p in (ckpt.replace(rank, f".rank{q}"),
+                              previous_path(ckpt.replace(rank, f".rank{q}")))
                 ]  # fmt: skip
                 claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
             if dist is not None:

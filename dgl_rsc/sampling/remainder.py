@@ -3,15 +3,19 @@
 A cached sample keeps the rows ``S`` with the largest scores and drops the rest ``R``; the
 sampled product ``Â[S]^T dY[S]`` leaves out ``Â[R]^T dY[R]`` at every step that reuses it,
 the same rows each time. With ``remainder_groups = K`` the refresh also splits the dropped
-rows that can contribute (non-zero score) uniformly at random into ``K`` groups ``R_1..R_K``
-and cuts each group's slice once; step ``u`` of the sample's life adds
+rows that can contribute (non-zero score) uniformly at random into ``K`` groups ``R_1..R_K``;
+step ``u`` of the sample's life adds
 
     K * Â[R_g]^T dY[R_g],        g = u mod K,
 
 whose expectation over the random split is ``Â[R]^T dY[R]``: the step's product is then an
 unbiased estimate of the exact one (top rows exactly, the rest by a uniform group), and over
 ``K`` consecutive steps every dropped row enters once. Each step visits about ``nnz(R) / K``
-more non-zeros than the sample alone; no cut happens between refreshes.
+more non-zeros than the sample alone.
+
+A refresh draws the groups as row ids (one sort of the row labels); a group's slice
+``A[R_g, :]^T`` is cut on its first use. A step writes the group's product and adds the
+sample's into it (:func:`step_product`).
 """
 
 from __future__ import annotations
@@ -21,41 +25,98 @@ from typing import Optional
 import torch
 
 from ..sparse.csr import CSR
-from ..sparse.products import Scales, csr_mm
+from ..sparse.products import Scales, csr_mm, csr_mm_add
 from .draw import Sample, cut_rows, scaled_transpose
 
-__all__ = ["cut_groups", "rest_product"]
+__all__ = ["Groups", "cut_groups", "step_product"]
+
+
+class Groups:
+    """The dropped rows' groups of one sample: ``rows[g]`` (sorted int64 row ids of ``A``)
+    and ``nnz[g]`` (0-dim, their non-zeros), the slices ``A[R_g, :]^T`` once cut."""
+
+    __slots__ = ("rows", "nnz", "_slices")
+
+    def __init__(self, rows: list, nnz: list):
+        self.rows, self.nnz = rows, nnz
+        self._slices = [None] * len(rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def slice(self, g: int, A: CSR, backend) -> CSR:
+        """``A[R_g, :]^T`` as an ``(N, M)`` CSR, cut on first use (``backend``) and kept."""
+        if self._slices[g] is None:
+            mask = torch.zeros(A.shape[0], dtype=torch.bool, device=A.device)
+            mask[self.rows[g].to(A.device)] = True
+            self._slices[g] = cut_rows(A, mask, backend)
+        return self._slices[g]
+
+    def nbytes(self) -> int:
+        cut = sum(s.nbytes() for s in self._slices if s is not None)
+        return cut + sum(r.numel() * r.element_size() for r in self.rows)
+
+    def export(self) -> list:
+        """The groups as dicts of tensors (their rows; slices are cut again on use)."""
+        return [{"rows": r, "nnz": n} for r, n in zip(self.rows, self.nnz)]
+
+    @classmethod
+    def restore(cls, saved: list) -> Groups:
+        """Inverse of :meth:`export`; also reads the slices an earlier version saved (their
+        column ids are the group's rows)."""
+        rows, nnz = [], []
+        for g in saved:
+            if "rows" in g:
+                rows.append(g["rows"].long())
+                nnz.append(torch.as_tensor(g["nnz"]).long())
+            else:
+                rows.append(torch.unique(g["indices"].long()))
+                nnz.append(torch.tensor(int(g["indptr"][-1])))
+        return cls(rows, nnz)
 
 
 def cut_groups(
     A: CSR,
     sample: Sample,
     groups: int,
-    backend,
     generator: Optional[torch.Generator] = None,
     uses: Optional[int] = None,
-) -> list:
+) -> Groups:
     """Split the rows of ``A (M, N)`` that ``sample`` drops and that can contribute (score not
-    zero, at least one non-zero) into ``groups`` uniform random groups; return the slices
-    ``A[R_g, :]^T`` (``(N, M)`` CSRs, cut with ``backend``) of the first ``min(groups,
-    uses)`` of them: a sample used ``uses`` times never reaches the others, and each group
-    alone is a uniform draw of the dropped rows.
+    zero, at least one non-zero) into ``groups`` uniform random groups; keep the first
+    ``min(groups, uses)`` of them: a sample used ``uses`` times never reaches the others, and
+    each group alone is a uniform draw of the dropped rows.
 
     ``sample.mask`` and ``sample.scores`` must be set (a fresh sample)."""
     if groups < 1:
         raise ValueError(f"groups must be >= 1, got {groups}.")
     count = groups if uses is None else max(1, min(groups, int(uses)))
-    dropped = ~sample.mask & (sample.scores != 0) & (A.row_nnz() > 0)
+    row_nnz = A.row_nnz()
+    dropped = ~sample.mask & (sample.scores != 0) & (row_nnz > 0)
     dev = A.device if generator is None else generator.device
     label = torch.randint(0, groups, (A.shape[0],), generator=generator, device=dev).to(A.device)
-    return [cut_rows(A, dropped & (label == g), backend) for g in range(count)]
+    label = torch.where(dropped, label, torch.full_like(label, groups))
+    order = torch.argsort(label, stable=True)  # rows by group, ascending ids within each
+    sizes = torch.bincount(label, minlength=groups + 1)[:count].tolist()
+    rows = list(torch.split(order[: sum(sizes)], sizes))
+    return Groups(rows, [row_nnz[r].sum().long() for r in rows])
 
 
-def rest_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: int,
-                 groups: int) -> tuple:  # fmt: skip
-    """``(N, D)`` ``K * diag(c) A[R_g]^T diag(r) dY`` for the group ``g = use mod len(rest)``
-    of ``sample.rest``, and the 0-dim number of non-zeros it visited (``K = groups``)."""
-    group = sample.rest[use % len(sample.rest)]
+def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: int,
+                 groups: int, backend) -> tuple:  # fmt: skip
+    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[R_g]^T diag(r) dY``:
+    the sample's product plus group ``g = use mod len(sample.rest)``'s (``K = groups``), and
+    the 0-dim number of non-zeros the group visited.
+
+    The group's rows are spread over nearly every output row, the sample's are not: the
+    group's product is written whole into a buffer of ``A``'s transposed pool and the
+    sample's is added into it (:func:`~dgl_rsc.sparse.products.csr_mm_add`, in place on the
+    CPU), so one ``(N, D)`` output is written where two were written and added."""
+    rest = sample.rest
+    g = use % len(rest)
     k = torch.tensor(float(groups), device=dY.device)
-    out = csr_mm(group, dY, scaled_transpose(scales, k, A.shape[1], dY), pool=A.transpose_pool())
-    return out, group.indptr[-1].long()
+    n = A.shape[1]
+    out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
+                 pool=A.transpose_pool())  # fmt: skip
+    out = csr_mm_add(sample.t_slice, dY, scaled_transpose(scales, sample.factor, n, dY), out)
+    return out, rest.nnz[g]

@@ -213,7 +213,8 @@ def test_resume_verifies_every_ranks_checkpoint_before_training(tmp_path):
     for name in ("missing", "swapped", "single", "epochs", "other_run"):
         shutil.copytree(out, tmp_path / name)
         cases[name] = tmp_path / name / "checkpoints"
-    os.remove(cases["missing"] / "rsc-seed0.rank1.pt")
+    os.remove(cases["missing"] / "rsc-seed0.rank1.pt")  # and its previous one: nothing to
+    os.remove(cases["missing"] / "rsc-seed0.rank1.prev.pt")  # go back to
     a, b = cases["swapped"] / "rsc-seed0.rank0.pt", cases["swapped"] / "rsc-seed0.rank1.pt"
     a.rename(tmp_path / "tmp.pt")
     b.rename(a)
@@ -227,6 +228,8 @@ def test_resume_verifies_every_ranks_checkpoint_before_training(tmp_path):
     state = torch.load(ck / "rsc-seed0.rank1.pt", weights_only=True)
     state["epoch"] = 2
     torch.save(state, cases["epochs"] / "rsc-seed0.rank1.pt")
+    for r in (0, 1):  # without the previous files there is no epoch to go back to
+        os.remove(cases["epochs"] / f"rsc-seed0.rank{r}.prev.pt")
     (tmp_path / "other_run" / "run.json").write_text('{"run_id": "0123456789abcdef"}')
     words = {
         "missing": "are not a complete set: rank(s) [1] have none",
@@ -243,6 +246,24 @@ def test_resume_verifies_every_ranks_checkpoint_before_training(tmp_path):
         assert not (tmp_path / name / "runs" / "rsc-seed0.json").exists()  # nothing trained
     proc = dgl_rsc(cfg, "--resume", str(out), "--nproc", "2", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_set_stopped_during_a_save_resumes_from_the_newest_common_epoch(tmp_path):
+    """Rank 1 stopped before its save of the last epoch (rank 0 had saved it): the resume
+    goes back to the epoch both ranks hold and trains the same epochs again."""
+    cfg, out = _set_of_two(tmp_path, "base")
+    ck = out / "checkpoints"
+    assert torch.load(ck / "rsc-seed0.rank1.prev.pt", weights_only=True)["epoch"] == 2
+    full = torch.load(ck / "rsc-seed0.rank0.pt", weights_only=True)["extra"]["history"]
+    os.replace(ck / "rsc-seed0.rank1.prev.pt", ck / "rsc-seed0.rank1.pt")  # rank 1 at epoch 2
+    proc = dgl_rsc(cfg, "--resume", str(out), "--nproc", "2", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "saved at different epochs (rank 0: 4, rank 1: 2)" in proc.stderr
+    assert "every rank resumes from epoch 2" in proc.stderr
+    rec = json.loads((out / "runs" / "rsc-seed0.json").read_text())
+    assert [h["epoch"] for h in rec["history"]] == [1, 2, 3, 4]
+    again = [h["loss"] for h in rec["history"][2:]]  # epochs 3 and 4, trained twice
+    assert again == pytest.approx([h["loss"] for h in full[2:]], rel=1e-5)
 
 
 def test_ctrl_c_of_a_distributed_run_prints_a_continue_command_that_works(tmp_path):

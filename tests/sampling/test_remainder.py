@@ -28,17 +28,88 @@ def test_groups_split_exactly_the_dropped_rows_that_contribute(A, backend):
     dY[:20] = 0  # rows whose score is zero: nothing to estimate
     be = resolve(backend, "cpu")
     s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
-    groups = cut_groups(A, s, 4, be, torch.Generator().manual_seed(0))
+    groups = cut_groups(A, s, 4, torch.Generator().manual_seed(0))
     assert len(groups) == 4
-    sets = [_rows(g) for g in groups]
+    sets = [set(r.tolist()) for r in groups.rows]
+    assert all(r.tolist() == sorted(r.tolist()) for r in groups.rows)
     assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])  # disjoint
     dropped = ~s.mask & (A.row_nnz() > 0)
     dropped[:20] = False
     assert set().union(*sets) == set(torch.nonzero(dropped).squeeze(1).tolist())
-    # each group holds its rows whole: its non-zeros are those rows' non-zeros
+    # each group's slice holds its rows whole: its non-zeros are those rows' non-zeros
     nnz = A.row_nnz()
-    for g, rows in zip(groups, sets):
-        assert g.nnz == int(nnz[sorted(rows)].sum()) and g.shape == (A.shape[1], A.shape[0])
+    for g, rows in enumerate(sets):
+        t = groups.slice(g, A, be)
+        assert _rows(t) == rows and t.shape == (A.shape[1], A.shape[0])
+        assert t.nnz == int(nnz[sorted(rows)].sum()) == int(groups.nnz[g])
+    assert len(cut_groups(A, s, 4, torch.Generator().manual_seed(0), uses=2)) == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("scaled", ["none", "gcn", "mean", "weights"])
+def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled):
+    """``step_product`` (the group written, the sample added into it in place) against the
+    two products computed apart, in dense algebra."""
+    from dgl_rsc.sampling.remainder import step_product
+    from dgl_rsc.sparse.products import Scales
+
+    gen = torch.Generator().manual_seed(1)
+    deg = A.row_nnz().to(dtype).clamp(min=1)
+    scales = {"none": Scales(), "gcn": Scales(deg.rsqrt(), deg.rsqrt()),
+              "mean": Scales(deg, None, row_divide=True), "weights": Scales()}[scaled]  # fmt: skip
+    if scaled == "weights":
+        A = CSR(A.indptr, A.indices, torch.rand(A.nnz, generator=gen), A.shape)
+    dY = torch.randn(500, 40, dtype=dtype, generator=gen)
+    be = resolve("numba-cpu", "cpu")
+    s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
+    s.factor = torch.tensor(1.5)
+    s.rest = cut_groups(A, s, 3, gen)
+    r = scales.row_factor()
+    dense = A.to_dense().to(dtype)
+    if r is not None:
+        dense = r.to(dtype).unsqueeze(1) * dense
+    if scales.col is not None:
+        dense = dense * scales.col.to(dtype)
+    for use in range(4):
+        g = use % 3
+        kept = s.mask.to(dtype).unsqueeze(1) * 1.5
+        kept[s.rest.rows[g]] = 3.0
+        want = (kept * dense).T @ dY
+        got, nnz = step_product(A, s, dY, scales, use, 3, be)
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+        assert int(nnz) == int(s.rest.nnz[g]) > 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_product_added_in_place_matches_dense_algebra_at_any_thread_count(threads):
+    """``csr_mm_add``: ``out += diag(r) A diag(c) X`` through the Numba kernels' accumulating
+    mode, with int32 and int64 indices, weights or none, wide enough to run in parallel."""
+    from dgl_rsc.sparse.products import Scales, csr_mm_add
+
+    B = power_law_csr(3000, 30.0, seed=3)
+    gen = torch.Generator().manual_seed(2)
+    r, c = torch.rand(3000, generator=gen) + 0.5, torch.rand(3000, generator=gen) + 0.5
+    X = torch.randn(3000, 100, generator=gen)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for idx in (torch.int32, torch.int64):
+            for vals in (None, torch.rand(B.nnz, generator=gen)):
+                C = CSR(B.indptr.to(idx), B.indices.to(idx), vals, B.shape, check=False)
+                for sc in (Scales(r, c), Scales(r, None, row_divide=True), Scales()):
+                    dense = C.to_dense().double()
+                    rf = sc.row_factor()
+                    if rf is not None:
+                        dense = rf.double().unsqueeze(1) * dense
+                    if sc.col is not None:
+                        dense = dense * sc.col.double()
+                    base = torch.randn(3000, 100, generator=gen)
+                    got = csr_mm_add(C, X, sc, base.clone())
+                    want = base.double() + dense @ X.double()
+                    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
+    finally:
+        torch.set_num_threads(old)
 
 
 def _grads(ctl, A, X, G, steps):
