@@ -35,11 +35,12 @@ class Groups:
     """The dropped rows' groups of one sample: ``rows[g]`` (sorted int64 row ids of ``A``)
     and ``nnz[g]`` (0-dim, their non-zeros), the slices ``A[R_g, :]^T`` once cut."""
 
-    __slots__ = ("rows", "nnz", "_slices")
+    __slots__ = ("rows", "nnz", "_slices", "_grouped")
 
     def __init__(self, rows: list, nnz: list):
         self.rows, self.nnz = rows, nnz
         self._slices = [None] * len(rows)
+        self._grouped = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -52,8 +53,22 @@ class Groups:
             self._slices[g] = cut_rows(A, mask, backend)
         return self._slices[g]
 
+    def grouped(self, A: CSR, sample: Sample):
+        """The sample's and the groups' entries of ``A^T`` grouped per row
+        (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`, CPU), built on first use."""
+        if self._grouped is None:
+            from ..sparse.cpu_grouped import GroupedSlices
+
+            kept = sample.mask
+            if kept is None:  # restored from a checkpoint: the slice's columns are its rows
+                kept = torch.zeros(A.shape[0], dtype=torch.bool)
+                kept[sample.t_slice.indices.long()] = True
+            self._grouped = GroupedSlices(A, kept, self.rows)
+        return self._grouped
+
     def nbytes(self) -> int:
         cut = sum(s.nbytes() for s in self._slices if s is not None)
+        cut += 0 if self._grouped is None else self._grouped.nbytes()
         return cut + sum(r.numel() * r.element_size() for r in self.rows)
 
     def export(self) -> list:
@@ -102,20 +117,50 @@ def cut_groups(
     return Groups(rows, [row_nnz[r].sum().long() for r in rows])
 
 
+def _merged_ok(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> bool:
+    """Whether the step's two products can run as one on the CPU kernels."""
+    from ..base import _deps
+
+    return (dY.device.type == "cpu" and A.device.type == "cpu" and scales.quant is None
+            and dY.dtype in (torch.float32, torch.float64) and sample.factor is None
+            and _deps.numba_available())  # fmt: skip
+
+
+def _pooled_output(A: CSR, dY: torch.Tensor) -> torch.Tensor:
+    """An ``(N, D)`` output buffer of ``A``'s transposed pool (or a new tensor)."""
+    from ..sparse.buffers import OutputPool
+
+    shape = (A.shape[1], dY.shape[1])
+    pool = A.transpose_pool()
+    if pool is not None and OutputPool.enabled_for(shape, dY.dtype, dY.device):
+        return pool.take(shape, dY.dtype, None)[0]
+    return torch.empty(shape, dtype=dY.dtype)
+
+
 def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: int,
                  groups: int, backend) -> tuple:  # fmt: skip
     """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[R_g]^T diag(r) dY``:
     the sample's product plus group ``g = use mod len(sample.rest)``'s (``K = groups``), and
     the 0-dim number of non-zeros the group visited.
 
-    The group's rows are spread over nearly every output row, the sample's are not: the
-    group's product is written whole into a buffer of ``A``'s transposed pool and the
-    sample's is added into it (:func:`~dgl_rsc.sparse.products.csr_mm_add`, in place on the
-    CPU), so one ``(N, D)`` output is written where two were written and added."""
+    On the CPU the two are one product of ``A[S ∪ R_g]^T`` with ``K`` on the group's rows
+    of ``dY``, read from the entries grouped at the refresh
+    (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`): one output written, no slice cut
+    per step. Elsewhere the group's slice is cut on its first
+    use, its product written into a buffer of ``A``'s transposed pool and the sample's added
+    (:func:`~dgl_rsc.sparse.products.csr_mm_add`)."""
     rest = sample.rest
     g = use % len(rest)
-    k = torch.tensor(float(groups), device=dY.device)
     n = A.shape[1]
+    if _merged_ok(A, sample, dY, scales):
+        w = torch.ones(A.shape[0], dtype=dY.dtype)
+        w[rest.rows[g]] = float(groups)
+        ts = scales.transposed()
+        col = w if ts.col is None else ts.col.to(dY.dtype) * w
+        out = _pooled_output(A, dY)
+        rest.grouped(A, sample).product(g, dY, ts.row, col, out)
+        return out, rest.nnz[g]
+    k = torch.tensor(float(groups), device=dY.device)
     out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
                  pool=A.transpose_pool())  # fmt: skip
     out = csr_mm_add(sample.t_slice, dY, scaled_transpose(scales, sample.factor, n, dY), out)

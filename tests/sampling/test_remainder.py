@@ -45,12 +45,14 @@ def test_groups_split_exactly_the_dropped_rows_that_contribute(A, backend):
     assert len(cut_groups(A, s, 4, torch.Generator().manual_seed(0), uses=2)) == 2
 
 
+@pytest.mark.parametrize("factor", [None, 1.5], ids=["merged", "two-products"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("scaled", ["none", "gcn", "mean", "weights"])
-def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled):
-    """``step_product`` (the group written, the sample added into it in place) against the
-    two products computed apart, in dense algebra."""
-    from dgl_rsc.sampling.remainder import step_product
+def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
+    """``step_product`` against the two products in dense algebra: on the CPU as one product
+    of the merged slice (no factor on the sample, the default), else the group's product
+    written and the sample's added into it in place."""
+    from dgl_rsc.sampling.remainder import Groups, step_product
     from dgl_rsc.sparse.products import Scales
 
     gen = torch.Generator().manual_seed(1)
@@ -62,7 +64,7 @@ def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled):
     dY = torch.randn(500, 40, dtype=dtype, generator=gen)
     be = resolve("numba-cpu", "cpu")
     s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
-    s.factor = torch.tensor(1.5)
+    s.factor = None if factor is None else torch.tensor(factor)
     s.rest = cut_groups(A, s, 3, gen)
     r = scales.row_factor()
     dense = A.to_dense().to(dtype)
@@ -72,13 +74,22 @@ def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled):
         dense = dense * scales.col.to(dtype)
     for use in range(4):
         g = use % 3
-        kept = s.mask.to(dtype).unsqueeze(1) * 1.5
+        kept = s.mask.to(dtype).unsqueeze(1) * (1.0 if factor is None else factor)
         kept[s.rest.rows[g]] = 3.0
         want = (kept * dense).T @ dY
         got, nnz = step_product(A, s, dY, scales, use, 3, be)
         tol = 1e-12 if dtype == torch.float64 else 1e-5
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
         assert int(nnz) == int(s.rest.nnz[g]) > 0
+    assert (s.rest._grouped is not None) == (factor is None)  # the path the step took
+    if factor is None:  # restored from a checkpoint: no mask, the slice says the rows
+        s.mask, s.rest = None, Groups.restore(s.rest.export())
+        got, _ = step_product(A, s, dY, scales, 1, 3, be)
+        kept = torch.zeros(500, 1, dtype=dtype)
+        kept[s.t_slice.indices.long()] = 1.0
+        kept[s.rest.rows[1]] = 3.0
+        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -171,3 +182,21 @@ def test_remainder_groups_config_errors():
         RSCConfig(remainder_groups=-1)
     with pytest.raises(ConfigError, match="remainder_groups needs diagonal='sample'"):
         RSCConfig(remainder_groups=4, diagonal="exact")
+
+
+def test_groups_saved_as_slices_by_the_previous_version_restore_as_rows(A):
+    """Checkpoints of the morning's engine hold each group's slice; a resume reads its rows
+    back (the slice's column ids) with the same non-zeros."""
+    from dgl_rsc.sampling.remainder import Groups
+
+    dY = torch.randn(500, 6)
+    be = resolve("torch", "cpu")
+    s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
+    groups = cut_groups(A, s, 3, torch.Generator().manual_seed(4))
+    legacy = [{"indptr": t.indptr, "indices": t.indices, "values": t.values}
+              for t in (groups.slice(g, A, be) for g in range(3))]  # fmt: skip
+    back = Groups.restore(legacy)
+    assert [r.tolist() for r in back.rows] == [r.tolist() for r in groups.rows]
+    assert [int(n) for n in back.nnz] == [int(n) for n in groups.nnz]
+    again = Groups.restore(groups.export())
+    assert [r.tolist() for r in again.rows] == [r.tolist() for r in groups.rows]
