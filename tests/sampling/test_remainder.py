@@ -200,3 +200,16 @@ def test_groups_saved_as_slices_by_the_previous_version_restore_as_rows(A):
     assert [int(n) for n in back.nnz] == [int(n) for n in groups.nnz]
     again = Groups.restore(groups.export())
     assert [r.tolist() for r in again.rows] == [r.tolist() for r in groups.rows]
+
+
+def test_a_product_added_where_the_cpu_kernels_do_not_apply_is_computed_then_added():
+    """``csr_mm_add``'s general path (CUDA, INT8, half precision, no Numba): the product by
+    ``csr_mm``, added to ``out``; here in bfloat16 on the CPU."""
+    from dgl_rsc.sparse.products import Scales, csr_mm, csr_mm_add
+
+    B = power_law_csr(300, 6.0, seed=9)
+    X = torch.randn(300, 8).to(torch.bfloat16)
+    base = torch.randn(300, 8).to(torch.bfloat16)
+    sc = Scales(torch.rand(300) + 0.5, torch.rand(300) + 0.5)
+    got = csr_mm_add(B, X, sc, base.clone())
+    torch.testing.assert_close(got, base + csr_mm(B, X, sc))

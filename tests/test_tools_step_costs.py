@@ -1,0 +1,29 @@
+"""``tools/step_costs.py`` as a user runs it: every piece of RSC's step it reports was called,
+and the pieces add up within the backward they are part of."""
+
+from __future__ import annotations
+
+import json
+
+from .launcher.test_launcher import write_config
+from .test_tools_tta import _tool
+
+
+def test_step_costs_times_every_piece_of_the_step(tmp_path):
+    cfg = write_config(tmp_path, train={"epochs": 30, "eval_every": 5})
+    out = tmp_path / "costs.json"
+    printed = _tool("step_costs.py", cfg, "--epochs", "16", "--out", str(out))
+    data = json.loads(out.read_text())
+    exact, rsc = data["methods"]["exact"]["pieces"], data["methods"]["rsc"]["pieces"]
+    assert exact["exact product"]["calls"] == exact["backward (all)"]["calls"] > 0
+    assert "refresh" not in exact and "step product (sample + group)" not in exact
+    for name in ("refresh", "  draw (score, select, cut)", "  split into groups",
+                 "step product (sample + group)", "grouping at a refresh"):  # fmt: skip
+        assert rsc[name]["calls"] > 0, name
+    # the default step on the CPU: the grouped product, once per step, inside the step
+    step = rsc["step product (sample + group)"]
+    assert rsc["  of which the product"]["calls"] == step["calls"]
+    assert rsc["  of which the product"]["median_ms"] <= step["median_ms"]
+    assert rsc["grouping at a refresh"]["calls"] == rsc["refresh"]["calls"]
+    assert set(data["methods"]["rsc"]["epoch_ms"]) == {"approx", "exact"}  # switched at 0.8
+    assert "step product (sample + group)" in printed and data["machine"]["date"]
