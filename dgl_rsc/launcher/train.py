@@ -309,10 +309,11 @@ def run_experiment(
         if (seed, method) not in done:
             record, ckpt = paths[seed, method]
             if main:  # the manifest and the records are rank 0's; checkpoints every rank's
-                ckpts = [ckpt] if dist is None else [
-                    p for q in range(dist.world_size)
-                    for p in (ckpt.replace(rank, f".rank{q}"),
-                              previous_path(ckpt.replace(rank, f".rank{q}")))
+                ranks = [ckpt] if dist is None else [
+                    ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
+                ]  # fmt: skip
+                ckpts = ranks if dist is None else [
+                    p for c in ranks for p in (c, previous_path(c))
                 ]  # fmt: skip
                 claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
             if dist is not None:

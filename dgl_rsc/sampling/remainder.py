@@ -13,9 +13,9 @@ unbiased estimate of the exact one (top rows exactly, the rest by a uniform grou
 ``K`` consecutive steps every dropped row enters once. Each step visits about ``nnz(R) / K``
 more non-zeros than the sample alone.
 
-A refresh draws the groups as row ids (one sort of the row labels); a group's slice
-``A[R_g, :]^T`` is cut on its first use. A step writes the group's product and adds the
-sample's into it (:func:`step_product`).
+A refresh draws the groups as row ids (one sort of the row labels). On the CPU a step's
+sample and group are one product over entries grouped at the refresh; elsewhere a group's
+slice ``A[R_g, :]^T`` is cut on its first use (:func:`step_product`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Optional
 import torch
 
 from ..sparse.csr import CSR
-from ..sparse.products import Scales, csr_mm, csr_mm_add
-from .draw import Sample, cut_rows, scaled_transpose
+from ..sparse.products import Scales, csr_mm, pooled_output
+from .draw import Sample, cut_rows, sample_product, scaled_transpose
 
 __all__ = ["Groups", "cut_groups", "step_product"]
 
@@ -126,17 +126,6 @@ def _merged_ok(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> bool
             and _deps.numba_available())  # fmt: skip
 
 
-def _pooled_output(A: CSR, dY: torch.Tensor) -> torch.Tensor:
-    """An ``(N, D)`` output buffer of ``A``'s transposed pool (or a new tensor)."""
-    from ..sparse.buffers import OutputPool
-
-    shape = (A.shape[1], dY.shape[1])
-    pool = A.transpose_pool()
-    if pool is not None and OutputPool.enabled_for(shape, dY.dtype, dY.device):
-        return pool.take(shape, dY.dtype, None)[0]
-    return torch.empty(shape, dtype=dY.dtype)
-
-
 def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: int,
                  groups: int, backend) -> tuple:  # fmt: skip
     """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[R_g]^T diag(r) dY``:
@@ -146,9 +135,8 @@ def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: 
     On the CPU the two are one product of ``A[S ∪ R_g]^T`` with ``K`` on the group's rows
     of ``dY``, read from the entries grouped at the refresh
     (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`): one output written, no slice cut
-    per step. Elsewhere the group's slice is cut on its first
-    use, its product written into a buffer of ``A``'s transposed pool and the sample's added
-    (:func:`~dgl_rsc.sparse.products.csr_mm_add`)."""
+    per step. Elsewhere (CUDA, INT8, half precision, a scaled sample) the group's slice is cut
+    on its first use and its product and the sample's are added."""
     rest = sample.rest
     g = use % len(rest)
     n = A.shape[1]
@@ -157,11 +145,10 @@ def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: 
         w[rest.rows[g]] = float(groups)
         ts = scales.transposed()
         col = w if ts.col is None else ts.col.to(dY.dtype) * w
-        out = _pooled_output(A, dY)
+        out = pooled_output(A.transpose_pool(), (n, dY.shape[1]), dY)[0]
         rest.grouped(A, sample).product(g, dY, ts.row, col, out)
         return out, rest.nnz[g]
     k = torch.tensor(float(groups), device=dY.device)
     out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
                  pool=A.transpose_pool())  # fmt: skip
-    out = csr_mm_add(sample.t_slice, dY, scaled_transpose(scales, sample.factor, n, dY), out)
-    return out, rest.nnz[g]
+    return out.add_(sample_product(A, sample, dY, scales)), rest.nnz[g]

@@ -1,4 +1,4 @@
-"""The transposed matrix's entries ordered by row class, and one merged slice per step (CPU).
+"""The transposed matrix's entries ordered by row class, and a step's product read from them (CPU).
 
 RSC's step with remainder groups multiplies ``A[S]^T`` (the sample) plus ``K * A[R_g]^T``
 (this step's group). Cutting a group's slice at each step, writing its product and adding the

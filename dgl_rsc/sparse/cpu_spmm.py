@@ -49,38 +49,28 @@ _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
 
 @njit(**_OPTS)
-def _row_start(indptr, out, tmp, i, o0):
-    """``(o, p, e)``: where row ``i`` is summed, zeroed (its output row ``out[i - o0]``, or
-    ``tmp`` when the products accumulate: ``tmp`` not empty), and its entries ``[p, e)``."""
-    o = tmp if tmp.shape[0] > 0 else out[i - o0]
+def _row_start(indptr, out, i, o0):
+    """``(o, p, e)``: row ``i``'s output row ``out[i - o0]``, zeroed, and its entries
+    ``[p, e)``."""
+    o = out[i - o0]
     for k in range(o.shape[0]):
         o[k] = 0.0
     return o, indptr[i], indptr[i + 1]
 
 
 @njit(**_OPTS)
-def _row_end(out, tmp, i, o0):
-    """Accumulating (``tmp`` not empty): add the row's sum to ``out[i - o0]``."""
-    if tmp.shape[0] > 0:
-        o = out[i - o0]
-        for k in range(o.shape[0]):
-            o[k] += tmp[k]
-
-
-@njit(**_OPTS)
-def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty, tmp):
+def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty):
     """Unweighted, unscaled columns: ``out[i - o0] = rs(i) * sum X[indices[p]]`` for rows
     ``[r0, r1)``.
 
     ``row_mode``: 0 none, 1 multiply by ``rs[i]``, 2 divide by ``rs[i]``. ``skip_empty``:
-    rows without entries are left as they are (the caller knows they hold zeros). ``tmp``:
-    ``(D,)`` to add each row's result to ``out`` instead of writing it, else empty.
+    rows without entries are left as they are (the caller knows they hold zeros).
     """
     d = X.shape[1]
     for i in range(r0, r1):
         if skip_empty and indptr[i] == indptr[i + 1]:
             continue
-        o, p, e = _row_start(indptr, out, tmp, i, o0)
+        o, p, e = _row_start(indptr, out, i, o0)
         while p + 4 <= e:
             a = X[indices[p]]
             b = X[indices[p + 1]]
@@ -95,7 +85,6 @@ def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty, tmp
                 o[k] += x[k]
             p += 1
         _finish_row(o, rs, i, row_mode)
-        _row_end(out, tmp, i, o0)
 
 
 @njit(**_OPTS)
@@ -112,7 +101,7 @@ def _finish_row(o, rs, i, row_mode):
 
 @njit(**_OPTS)
 def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs, row_mode,
-                  skip_empty, tmp):  # fmt: skip
+                  skip_empty):  # fmt: skip
     """Weighted and/or column-scaled: ``out[i - o0] = rs(i) * sum (X[j] * cs[j]) * w[p]``
     (each term rounded as DGL rounds it: the scaled feature first, then the weight), four
     entries per pass, added in stored order."""
@@ -120,7 +109,7 @@ def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs,
     for i in range(r0, r1):
         if skip_empty and indptr[i] == indptr[i + 1]:
             continue
-        o, p, e = _row_start(indptr, out, tmp, i, o0)
+        o, p, e = _row_start(indptr, out, i, o0)
         if use_cs and use_w:
             while p + 4 <= e:
                 a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
@@ -167,7 +156,6 @@ def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs,
                     o[k] = o[k] + x[k] * wx
                 p += 1
         _finish_row(o, rs, i, row_mode)
-        _row_end(out, tmp, i, o0)
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
@@ -217,10 +205,8 @@ def spmm_rows(
     row_divide: bool = False,
     col_scale=None,
     skip_empty: bool = False,
-    accumulate: bool = False,
 ) -> torch.Tensor:
-    """Rows ``[r0, r1)`` of ``diag(rs) A diag(cs) X`` into ``out (r1 - r0, D)`` (or added to
-    it: ``accumulate``).
+    """Rows ``[r0, r1)`` of ``diag(rs) A diag(cs) X`` into ``out (r1 - r0, D)``.
 
     Args:
         indptr: ``(M+1,)`` int32/int64 CPU row pointers; indices ``(nnz,)`` same dtype.
@@ -231,8 +217,6 @@ def spmm_rows(
         col_scale: ``(N,)`` in ``X``'s dtype or ``None``.
         skip_empty: leave the rows of ``out`` whose row of ``A`` is empty untouched (they
             already hold zeros); otherwise they are set to zero.
-        accumulate: add each row's result to ``out`` instead of writing it (rows without
-            entries stay as they are: ``skip_empty`` is implied).
 
     Returns:
         ``out``.
@@ -245,16 +229,10 @@ def spmm_rows(
     rs = _np(dummy if row_scale is None else row_scale)
     mode = 0 if row_scale is None else (2 if row_divide else 1)
     ip, ix, xn, on = _np(indptr), _np(indices), _np(X), _np(out)
-    skip_empty = skip_empty or accumulate
-    width = X.shape[1] if accumulate else 0
-
-    def scratch():  # each call's own row sum (calls run in parallel)
-        return np.empty(width, dtype=on.dtype)
-
     if values is None and col_scale is None:
 
         def run(a, b):
-            _sum_rows(ip, ix, xn, on, a, b, r0, rs, mode, skip_empty, scratch())
+            _sum_rows(ip, ix, xn, on, a, b, r0, rs, mode, skip_empty)
 
     else:
         w = _np(dummy if values is None else values)
@@ -262,7 +240,7 @@ def spmm_rows(
 
         def run(a, b):
             _general_rows(ip, ix, w, values is not None, xn, cs, col_scale is not None, on, a,
-                          b, r0, rs, mode, skip_empty, scratch())  # fmt: skip
+                          b, r0, rs, mode, skip_empty)  # fmt: skip
 
     run_chunked(ip, r0, r1, max(X.shape[1], 1), run)
     return out

@@ -24,7 +24,7 @@ from ..int8.spmm import int8_csr_mm
 from .buffers import OutputPool
 from .csr import CSR
 
-__all__ = ["Scales", "csr_mm", "csr_mm_add", "csr_t_mm", "sddmm", "cpu_engine"]
+__all__ = ["Scales", "csr_mm", "csr_t_mm", "sddmm", "cpu_engine", "pooled_output"]
 
 _CPU_UPCAST = (torch.float16, torch.bfloat16)
 
@@ -82,7 +82,7 @@ def _cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tenso
     return None if t is None else t.to(dtype).contiguous()
 
 
-def _output(pool: Optional[OutputPool], shape, X: torch.Tensor, tag=None):
+def pooled_output(pool: Optional[OutputPool], shape, X: torch.Tensor, tag=None):
     """``(out, clean, pooled)``: the ``shape`` output of a product of ``X``, a buffer of
     ``pool`` where the pool takes that shape (``clean``: see :meth:`OutputPool.take`), else a
     fresh tensor."""
@@ -96,7 +96,7 @@ def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[
               tag=None):  # fmt: skip
     from .cpu_spmm import spmm_rows
 
-    out, clean, pooled = _output(pool, (shape[0], X.shape[1]), X, tag)
+    out, clean, pooled = pooled_output(pool, (shape[0], X.shape[1]), X, tag)
     row = _cast(scales.row, X.dtype)
     # a clean buffer keeps its zero rows: only rows with entries are written (unless a
     # non-finite row scale would turn an empty row into NaN, as the full write does)
@@ -174,30 +174,9 @@ def _nonempty(A: CSR, X: torch.Tensor) -> bool:
 
 def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.Tensor:
     X = X.detach().contiguous()
-    out = _output(pool, (A.shape[0], X.shape[1]), X)[0]
+    out = pooled_output(pool, (A.shape[0], X.shape[1]), X)[0]
     vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
     return dgl_kernels.spmm(A._s, vals, X, scales, out)
-
-
-def csr_mm_add(A: CSR, X: torch.Tensor, scales: Scales, out: torch.Tensor) -> torch.Tensor:
-    """``out += diag(r) A diag(c) X`` (``A (M, N)``, ``X (N, D)``, ``out (M, D)``); returns
-    ``out``. On the CPU engine's dtypes the rows with entries are added in place by the Numba
-    kernels (no second ``(M, D)`` output is written and read back); elsewhere the product is
-    computed by :func:`csr_mm` and added."""
-    cpu = X.device.type == "cpu" and out.device.type == "cpu"
-    fits = (
-        out.dtype == X.dtype and out.is_contiguous() and X.dtype in (torch.float32, torch.float64)
-    )
-    if not (cpu and fits and scales.quant is None and _deps.numba_available()):
-        return out.add_(csr_mm(A, X, scales).to(out.dtype))
-    if A.nnz == 0 or X.shape[1] == 0:
-        return out
-    from .cpu_spmm import spmm_rows
-
-    spmm_rows(A.indptr, A.indices, _cast(A.values, X.dtype), X.detach().contiguous(), out,
-              row_scale=_cast(scales.row, X.dtype), row_divide=scales.row_divide,
-              col_scale=_cast(scales.col, X.dtype), accumulate=True)  # fmt: skip
-    return out
 
 
 def csr_t_mm(A: CSR, Y: torch.Tensor, scales: Scales = NO_SCALES) -> torch.Tensor:

@@ -50,8 +50,8 @@ def test_groups_split_exactly_the_dropped_rows_that_contribute(A, backend):
 @pytest.mark.parametrize("scaled", ["none", "gcn", "mean", "weights"])
 def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
     """``step_product`` against the two products in dense algebra: on the CPU as one product
-    of the merged slice (no factor on the sample, the default), else the group's product
-    written and the sample's added into it in place."""
+    over the grouped entries (no factor on the sample, the default), else the group's product
+    and the sample's, added."""
     from dgl_rsc.sampling.remainder import Groups, step_product
     from dgl_rsc.sparse.products import Scales
 
@@ -90,37 +90,6 @@ def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
         kept[s.rest.rows[1]] = 3.0
         tol = 1e-12 if dtype == torch.float64 else 1e-5
         torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=tol, atol=tol)
-
-
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_a_product_added_in_place_matches_dense_algebra_at_any_thread_count(threads):
-    """``csr_mm_add``: ``out += diag(r) A diag(c) X`` through the Numba kernels' accumulating
-    mode, with int32 and int64 indices, weights or none, wide enough to run in parallel."""
-    from dgl_rsc.sparse.products import Scales, csr_mm_add
-
-    B = power_law_csr(3000, 30.0, seed=3)
-    gen = torch.Generator().manual_seed(2)
-    r, c = torch.rand(3000, generator=gen) + 0.5, torch.rand(3000, generator=gen) + 0.5
-    X = torch.randn(3000, 100, generator=gen)
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        for idx in (torch.int32, torch.int64):
-            for vals in (None, torch.rand(B.nnz, generator=gen)):
-                C = CSR(B.indptr.to(idx), B.indices.to(idx), vals, B.shape, check=False)
-                for sc in (Scales(r, c), Scales(r, None, row_divide=True), Scales()):
-                    dense = C.to_dense().double()
-                    rf = sc.row_factor()
-                    if rf is not None:
-                        dense = rf.double().unsqueeze(1) * dense
-                    if sc.col is not None:
-                        dense = dense * sc.col.double()
-                    base = torch.randn(3000, 100, generator=gen)
-                    got = csr_mm_add(C, X, sc, base.clone())
-                    want = base.double() + dense @ X.double()
-                    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4)
-    finally:
-        torch.set_num_threads(old)
 
 
 def _grads(ctl, A, X, G, steps):
@@ -200,16 +169,3 @@ def test_groups_saved_as_slices_by_the_previous_version_restore_as_rows(A):
     assert [int(n) for n in back.nnz] == [int(n) for n in groups.nnz]
     again = Groups.restore(groups.export())
     assert [r.tolist() for r in again.rows] == [r.tolist() for r in groups.rows]
-
-
-def test_a_product_added_where_the_cpu_kernels_do_not_apply_is_computed_then_added():
-    """``csr_mm_add``'s general path (CUDA, INT8, half precision, no Numba): the product by
-    ``csr_mm``, added to ``out``; here in bfloat16 on the CPU."""
-    from dgl_rsc.sparse.products import Scales, csr_mm, csr_mm_add
-
-    B = power_law_csr(300, 6.0, seed=9)
-    X = torch.randn(300, 8).to(torch.bfloat16)
-    base = torch.randn(300, 8).to(torch.bfloat16)
-    sc = Scales(torch.rand(300) + 0.5, torch.rand(300) + 0.5)
-    got = csr_mm_add(B, X, sc, base.clone())
-    torch.testing.assert_close(got, base + csr_mm(B, X, sc))
