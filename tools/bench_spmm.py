@@ -33,8 +33,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_common import grad_like, machine, power_law_csr, sync, timeit, write_json
 
-from dgl_rsc import RSCController, _deps
+from dgl_rsc import RSCController
 from dgl_rsc.backends import resolve
+from dgl_rsc.base import _deps
 from dgl_rsc.core.spmm import spmm_matrix
 from dgl_rsc.sampling import draw_sample, sample_product, selection_key
 from dgl_rsc.sparse.products import NO_SCALES, _mm, cpu_engine, csr_mm, csr_t_mm

@@ -10,6 +10,7 @@ docstring); a file that is not there is left out.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -368,9 +369,17 @@ PROFILES = [f"profile_{g}_{s}.json" for g in ("cora", "tolokers", "synthetic_200
             for s in ("cluster", "saint")]  # fmt: skip
 
 
-def main():
-    if len(sys.argv) == 5 and sys.argv[1] == "collect":
-        collect(*sys.argv[2:])
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="%(prog)s [collect RUN_DIR NAME COMMAND]",
+    )  # fmt: skip
+    p.add_argument("words", nargs="*", help=argparse.SUPPRESS)
+    words = p.parse_args(argv).words
+    if words:
+        if len(words) != 4 or words[0] != "collect":
+            p.error("give no arguments (render every table) or: collect RUN_DIR NAME COMMAND")
+        collect(*words[1:])
         return
     parts = []
     for title, fn, name in SECTIONS:

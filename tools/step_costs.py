@@ -56,7 +56,7 @@ def _targets():
         (layer_state, "cut_groups", "  split into groups"),
         (cpu_grouped.GroupedSlices, "__init__", "grouping at a refresh"),
         (layer_state.LayerState, "probe_error", "error probe"),
-        (slot, "propagate_nonfinite", "non-finite check"),
+        (slot, "nonfinite_rows", "non-finite check"),
     ]
 
 

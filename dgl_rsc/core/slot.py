@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ..backends import resolve
-from ..sampling import apply_scale, propagate_nonfinite, sample_product
+from ..sampling import apply_scale, nonfinite_rows, sample_product
 from ..sampling.remainder import step_product
 from ..sparse.csr import CSR
 from ..sparse.products import NO_SCALES, Scales, csr_t_mm
@@ -55,20 +55,22 @@ class LayerSlot:
         if fresh:
             sample = state.refresh(A, dY, scales, step, backend)
         sample.uses += 1
+        # NaN where the exact product would be non-finite (None: nothing to add)
+        nonfinite = nonfinite_rows(A, dY, scales) if cfg.check_finite else None
         if sample.rest is None:
             out, nnz = sample_product(A, sample, dY, scales), sample.nnz
-        else:  # plus one group of the dropped rows, unbiased
+        else:  # plus one group of the dropped rows, unbiased; the step adds ``nonfinite``
             out, extra = step_product(A, sample, dY, scales, sample.uses - 1,
-                                      cfg.remainder_groups, backend)  # fmt: skip
-            nnz = sample.nnz + extra
+                                      cfg.remainder_groups, backend, nonfinite)  # fmt: skip
+            nnz, nonfinite = sample.nnz + extra, None
         state.stats.sampled(nnz, hit=not fresh)
         if fresh:
             gen = state.generator(dY.device)
             out = apply_scale(A, sample, dY, scales, out, cfg.scale_mode, cfg.probe_rows, gen,
                               cfg.diagonal)  # fmt: skip
             sample.scores = None  # only the refresh needs them
-        if cfg.check_finite:
-            out = propagate_nonfinite(A, dY, scales, out)
+        if nonfinite is not None:
+            out = out.add_(nonfinite.to(out.dtype))
         return out
 
     def __repr__(self) -> str:

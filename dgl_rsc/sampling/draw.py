@@ -29,6 +29,7 @@ __all__ = [
     "cut_rows",
     "draw_sample",
     "mass_scale",
+    "nonfinite_rows",
     "propagate_nonfinite",
     "row_norms",
     "sample_product",
@@ -190,23 +191,30 @@ def apply_scale(
     return out.mul_(c.to(out.dtype))
 
 
+def nonfinite_rows(A: CSR, dY: torch.Tensor, scales: Scales) -> Optional[torch.Tensor]:
+    """``(N, 1)``: NaN in the columns of ``A (M, N)`` reached by a row of ``dY`` that holds a
+    NaN or Inf, 0 elsewhere; added to a sampled ``A^T dY`` it makes the output non-finite
+    wherever the exact product would be, including through rows the sample left out (a cached
+    sample would otherwise drop a NaN that appeared between refreshes).
+
+    ``w_i = 0 * sum(dY[i])`` is 0 for finite rows and NaN otherwise, and the term is ``A^T w``
+    (one matrix-vector product, no host synchronization). On the CPU, where reading a value
+    back costs nothing, a finite ``sum(dY)`` (which every NaN or Inf in ``dY`` would make
+    non-finite) returns ``None``: the common case costs one pass over ``dY``.
+    """
+    if dY.device.type == "cpu" and bool(torch.isfinite(dY.sum())):
+        return None
+    w = dY.sum(dim=1, keepdim=True).mul_(0)
+    return csr_t_mm(A, w, scales._replace(quant=None))
+
+
 def propagate_nonfinite(
     A: CSR, dY: torch.Tensor, scales: Scales, out: torch.Tensor
 ) -> torch.Tensor:
-    """Make ``out (N, D)`` non-finite wherever the exact product would be: in the columns of
-    ``A`` reached by a row of ``dY`` that holds a NaN or Inf, including rows the sample left
-    out (a cached sample would otherwise drop a NaN that appeared between refreshes).
-
-    ``w_i = 0 * sum(dY[i])`` is 0 for finite rows and NaN otherwise; ``A^T w`` (one
-    matrix-vector product, no host synchronization) is added to every column of ``out``. On
-    the CPU, where reading a value back costs nothing, a finite ``sum(dY)`` (which every NaN
-    or Inf in ``dY`` would make non-finite) skips that product: the common case costs one
-    pass over ``dY``.
-    """
-    if dY.device.type == "cpu" and bool(torch.isfinite(dY.sum())):
-        return out
-    w = dY.sum(dim=1, keepdim=True).mul_(0)
-    return out.add_(csr_t_mm(A, w, scales._replace(quant=None)).to(out.dtype))
+    """Make ``out (N, D)`` non-finite wherever the exact ``A^T dY`` would be: ``out`` plus
+    :func:`nonfinite_rows` (in place), or ``out`` as it is when that is ``None``."""
+    t = nonfinite_rows(A, dY, scales)
+    return out if t is None else out.add_(t.to(out.dtype))
 
 
 def mass_scale(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

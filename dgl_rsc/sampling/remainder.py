@@ -15,7 +15,8 @@ more non-zeros than the sample alone.
 
 A refresh draws the groups as row ids (one sort of the row labels). On the CPU a step's
 sample and group are one product over entries grouped at the refresh; elsewhere a group's
-slice ``A[R_g, :]^T`` is cut on its first use (:func:`step_product`).
+slice ``A[R_g, :]^T`` is cut on its first use and its product accumulates into the
+sample's (:func:`step_product`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Optional
 import torch
 
 from ..sparse.csr import CSR
-from ..sparse.products import Scales, csr_mm, pooled_output
+from ..sparse.products import Scales, csr_mm, csr_mm_sum, pooled_output
 from .draw import Sample, cut_rows, sample_product, scaled_transpose
 
 __all__ = ["Groups", "cut_groups", "step_product"]
@@ -126,17 +127,27 @@ def _merged_ok(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> bool
             and _deps.numba_available())  # fmt: skip
 
 
-def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: int,
-                 groups: int, backend) -> tuple:  # fmt: skip
-    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[R_g]^T diag(r) dY``:
+def step_product(
+    A: CSR,
+    sample: Sample,
+    dY: torch.Tensor,
+    scales: Scales,
+    use: int,
+    groups: int,
+    backend,
+    nonfinite: Optional[torch.Tensor] = None,
+) -> tuple:
+    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[R_g]^T diag(r) dY``
+    (plus ``nonfinite (N, 1)``, :func:`~dgl_rsc.sampling.draw.nonfinite_rows`, when given):
     the sample's product plus group ``g = use mod len(sample.rest)``'s (``K = groups``), and
     the 0-dim number of non-zeros the group visited.
 
-    On the CPU the two are one product of ``A[S ∪ R_g]^T`` with ``K`` on the group's rows
-    of ``dY``, read from the entries grouped at the refresh
-    (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`): one output written, no slice cut
-    per step. Elsewhere (CUDA, INT8, half precision, a scaled sample) the group's slice is cut
-    on its first use and its product and the sample's are added."""
+    ``K`` and the sample's factor go into ``dY``'s row scale (the rows are disjoint). On the
+    CPU the two are one product of ``A[S ∪ R_g]^T``, read from the entries grouped at the
+    refresh (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`): one output written, no
+    slice cut per step. Elsewhere the group's slice is cut on its first use and the two
+    products accumulate into one output (:func:`~dgl_rsc.sparse.products.csr_mm_sum`:
+    ``dY`` scaled once, the output scaled once); INT8 runs them apart and adds them."""
     rest = sample.rest
     g = use % len(rest)
     n = A.shape[1]
@@ -147,8 +158,19 @@ def step_product(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales, use: 
         col = w if ts.col is None else ts.col.to(dY.dtype) * w
         out = pooled_output(A.transpose_pool(), (n, dY.shape[1]), dY)[0]
         rest.grouped(A, sample).product(g, dY, ts.row, col, out)
+    elif scales.quant is None:
+        w = torch.ones(A.shape[0], dtype=dY.dtype, device=dY.device)
+        if sample.factor is not None:
+            w.mul_(sample.factor.to(dY.dtype))
+        w[rest.rows[g].to(dY.device)] = float(groups)
+        out = csr_mm_sum([sample.t_slice, rest.slice(g, A, backend)], dY, scales.transposed(),
+                         col_weight=w, row_add=nonfinite)  # fmt: skip
         return out, rest.nnz[g]
-    k = torch.tensor(float(groups), device=dY.device)
-    out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
-                 pool=A.transpose_pool())  # fmt: skip
-    return out.add_(sample_product(A, sample, dY, scales)), rest.nnz[g]
+    else:
+        k = torch.tensor(float(groups), device=dY.device)
+        out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
+                     pool=A.transpose_pool())  # fmt: skip
+        out.add_(sample_product(A, sample, dY, scales))
+    if nonfinite is not None:
+        out.add_(nonfinite.to(out.dtype))
+    return out, rest.nnz[g]

@@ -14,7 +14,7 @@ computed in fp32 on the CPU (neither engine has a half-precision CPU path).
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 
@@ -24,7 +24,7 @@ from ..int8.spmm import int8_csr_mm
 from .buffers import OutputPool
 from .csr import CSR
 
-__all__ = ["Scales", "csr_mm", "csr_t_mm", "sddmm", "cpu_engine", "pooled_output"]
+__all__ = ["Scales", "csr_mm", "csr_mm_sum", "csr_t_mm", "sddmm", "cpu_engine", "pooled_output"]
 
 _CPU_UPCAST = (torch.float16, torch.bfloat16)
 
@@ -177,6 +177,52 @@ def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.
     out = pooled_output(pool, (A.shape[0], X.shape[1]), X)[0]
     vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
     return dgl_kernels.spmm(A._s, vals, X, scales, out)
+
+
+def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
+               col_weight: Optional[torch.Tensor] = None,
+               row_add: Optional[torch.Tensor] = None) -> torch.Tensor:  # fmt: skip
+    """``diag(r) (A_1 + ... + A_k) diag(c * w) X + row_add``: ``A_i (M, N)`` CSRs of one
+    shape, ``X (N, D)``, ``w = col_weight (N,)``, ``row_add (M, 1)`` -> ``(M, D)`` in ``X``'s
+    dtype. No autograd, no INT8 (``scales.quant`` must be ``None``).
+
+    Through ``torch.sparse`` (cuSPARSE on CUDA): ``X`` is scaled once, each product adds
+    into one output (``addmm_``) and the row scale and ``row_add`` are applied in one pass:
+    two passes over ``(., D)`` tensors besides the products, as one :func:`csr_mm`, where
+    adding ``k`` products' outputs takes ``2k + 1``. fp16/bf16 run in fp32 on the CPU.
+    """
+    if scales.quant is not None:
+        raise ValueError("csr_mm_sum takes no INT8 operands; use csr_mm per matrix.")
+    out_dtype = X.dtype
+    if X.device.type == "cpu" and out_dtype in _CPU_UPCAST:
+        X = X.float()
+    shape = mats[0].shape
+    col = scales.col
+    if col_weight is not None:  # their product in fp32 at least, then in X's dtype
+        cdt = torch.float32 if X.dtype in _CPU_UPCAST else X.dtype
+        col = col_weight.to(cdt) if col is None else col.to(cdt) * col_weight.to(cdt)
+    X = (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
+    out = None
+    with warnings.catch_warnings():  # torch marks sparse CSR as beta; nothing to act on
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        for A in mats:
+            if A.nnz == 0:
+                continue
+            vals = A.values_or_ones(X.dtype).detach().contiguous()
+            S = torch.sparse_csr_tensor(A.indptr, A.indices, vals, size=shape,
+                                        check_invariants=False)  # fmt: skip
+            out = torch.sparse.mm(S, X) if out is None else out.addmm_(S, X)
+    if out is None:
+        out = X.new_zeros((shape[0], X.shape[1]))
+    add = None if row_add is None else row_add.to(out.dtype)
+    if scales.row is None:
+        return (out if add is None else out.add_(add)).to(out_dtype)
+    r = scales.row.to(out.dtype).unsqueeze(1)
+    if add is None:
+        out = out.div_(r) if scales.row_divide else out.mul_(r)
+    else:  # one pass: add + out * r (or / r)
+        (torch.addcdiv if scales.row_divide else torch.addcmul)(add, out, r, out=out)
+    return out.to(out_dtype)
 
 
 def csr_t_mm(A: CSR, Y: torch.Tensor, scales: Scales = NO_SCALES) -> torch.Tensor:

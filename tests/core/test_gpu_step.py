@@ -75,3 +75,35 @@ def test_dropin_layer_trains_on_cuda(cuda, dtype):
     # the sample within its budget, plus one of the 10 groups of the dropped rows (about 7%
     # of the non-zeros here; 0.371-0.373 on an H200, 2026-11-26)
     assert 0.3 < rsc.stats()["visited_fraction"] <= 0.3 + 0.1
+
+
+@pytest.mark.parametrize("backend", ["torch", "cupy", "numba"])
+@pytest.mark.parametrize("factor", [None, 1.5], ids=["plain", "scaled-sample"])
+def test_a_step_with_remainder_groups_on_cuda(cuda, backend, factor):
+    """The CUDA step (the group's slice cut on its first use, its product and the sample's
+    added) against dense algebra; a group's slice is cut only when its step comes."""
+    from dgl_rsc.backends import resolve
+    from dgl_rsc.sampling import draw_sample, row_norms
+    from dgl_rsc.sampling.remainder import cut_groups, step_product
+    from dgl_rsc.sparse.products import Scales
+
+    A = power_law_csr(3000, 10.0, weighted=True, index_dtype=torch.int32, device=cuda, seed=4)
+    deg = A.row_nnz().float().clamp(min=1)
+    scales = Scales(deg.rsqrt(), deg.rsqrt())
+    gen = torch.Generator(device=cuda).manual_seed(2)
+    dY = torch.randn(3000, 24, device=cuda, generator=gen)
+    be = resolve(backend, cuda)
+    s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
+    s.factor = None if factor is None else torch.tensor(factor, device=cuda)
+    s.rest = cut_groups(A, s, 4, gen)
+    dense = scales.row_factor().unsqueeze(1) * A.to_dense() * scales.col
+    for use in range(5):
+        g = use % 4
+        kept = s.mask.float().unsqueeze(1) * (1.0 if factor is None else factor)
+        kept[s.rest.rows[g]] = 4.0
+        got, nnz = step_product(A, s, dY, scales, use, 4, be)
+        assert got.device.type == "cuda"
+        torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=1e-4, atol=1e-4)
+        assert int(nnz) == int(s.rest.nnz[g]) > 0
+        cut = [t is not None for t in s.rest._slices]
+        assert cut == [i <= min(use, 3) for i in range(4)]

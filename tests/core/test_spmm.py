@@ -165,16 +165,19 @@ def test_non_finite_gradients_propagate_like_exact(bad):
     assert torch.equal(approx_bad.any(1), exact_bad.any(1))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_non_finite_rows_outside_a_cached_sample_still_propagate(bad):
+def test_non_finite_rows_outside_a_cached_sample_still_propagate(bad, dtype):
+    """Also through the summed step (bf16: the sample's and the group's products accumulate
+    into one output and the non-finite term joins the row scale's pass)."""
     A = power_law_csr(400, 6.0, seed=5)
     rsc = RSCController(budget=0.05, warmup_steps=0, cache_interval=10)
-    X = torch.randn(400, 4, requires_grad=True)
-    G0 = torch.randn(400, 4)
+    X = torch.randn(400, 4, dtype=dtype, requires_grad=True)
+    G0 = torch.randn(400, 4, dtype=dtype)
     spmm_matrix(A, X, rsc).backward(G0)  # draws and caches the sample
     rsc.step()
     dropped = int(torch.nonzero(~rsc.layers[0].sample.mask & (A.row_nnz() > 0))[0])
-    G = torch.randn(400, 4)
+    G = torch.randn(400, 4, dtype=dtype)
     G[dropped, 2] = bad
     X.grad = None
     spmm_matrix(A, X, rsc).backward(G)  # a cache hit: the row is not in the slice

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from dgl_rsc.sparse.products import Scales, csr_mm, csr_t_mm, sddmm
+from dgl_rsc.sparse.csr import CSR
+from dgl_rsc.sparse.products import Scales, csr_mm, csr_mm_sum, csr_t_mm, sddmm
 
-from ..conftest import power_law_csr, requires_dgl
+from ..conftest import DEVICES, RTOL, power_law_csr, requires_dgl
 
 
 def test_scales_transpose_and_row_factor():
@@ -64,3 +65,59 @@ def test_dgl_kernel_and_numba_kernel_agree_bit_for_bit(monkeypatch, dtype):
     for (M, sc), (fwd, bwd) in zip(cases, with_dgl):
         assert torch.equal(csr_mm(M, X, sc), fwd)
         assert torch.equal(csr_t_mm(M, X, sc), bwd)
+
+
+def _split(A: CSR, parts: int, seed: int) -> list:
+    """``A`` as ``parts`` CSRs of its shape, each holding a random share of its rows."""
+    label = torch.randint(0, parts, (A.shape[0],), generator=torch.Generator().manual_seed(seed))
+    out = []
+    for p in range(parts):
+        keep = (label == p).to(A.device)
+        counts = torch.where(keep, A.row_nnz(), torch.zeros_like(A.row_nnz()))
+        indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
+        entry = keep.repeat_interleave(A.row_nnz())
+        vals = None if A.values is None else A.values[entry]
+        out.append(CSR(indptr, A.indices[entry], vals, A.shape))
+    return out
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
+                         ids=["fp32", "fp64", "bf16"])  # fmt: skip
+@pytest.mark.parametrize("scaled", ["none", "both", "divide"])
+def test_csr_mm_sum_is_the_product_of_the_sum(device, dtype, scaled):
+    """``diag(r) (A_1 + A_2 + A_3) diag(c w) X + row_add`` against dense algebra in fp64,
+    with a matrix of no entries among the parts; a NaN in ``row_add`` poisons its row."""
+    A = power_law_csr(400, 6.0, weighted=True, seed=2, device=device)
+    mats = _split(A, 3, seed=1)
+    mats.append(CSR(torch.zeros(401, dtype=A.indptr.dtype, device=device),
+                    A.indices[:0], A.values[:0], A.shape))  # fmt: skip
+    gen = torch.Generator().manual_seed(3)
+    X = torch.randn(400, 7, generator=gen).to(device, dtype)
+    r, c, w = (torch.rand(400, generator=gen).add(0.5).to(device) for _ in range(3))
+    sc = {"none": Scales(), "both": Scales(r, c), "divide": Scales(r, c, row_divide=True)}[scaled]
+    add = torch.zeros(400, 1, device=device)
+    add[5] = float("nan")
+    got = csr_mm_sum(mats, X, sc, col_weight=w, row_add=add)
+    assert got.dtype == dtype and got.shape == (400, 7) and got.device == X.device
+    r, c, w = r.double(), c.double(), w.double()
+    rf = {"none": torch.ones_like(r), "both": r, "divide": 1 / r}[scaled]
+    cf = w if sc.col is None else c * w
+    want = (rf.unsqueeze(1) * A.to_dense(torch.float64) * cf) @ X.double()
+    assert bool(torch.isnan(got[5]).all()) and bool(
+        torch.isfinite(got[torch.arange(400) != 5]).all()
+    )
+    want[5] = got[5].double()
+    # bf16 (rounded at each step on CUDA) against the norm, as RTOL; others element-wise
+    finite = torch.arange(400, device=device) != 5
+    err = (got.double() - want)[finite].norm() / want[finite].norm()
+    assert float(err) < RTOL[dtype], float(err)
+    if dtype != torch.bfloat16:
+        torch.testing.assert_close(got.double(), want, rtol=RTOL[dtype], atol=RTOL[dtype],
+                                   equal_nan=True)  # fmt: skip
+    tol = RTOL[dtype]
+    plain = csr_mm_sum(mats[:1], X, sc)  # one matrix, no weight, nothing added
+    torch.testing.assert_close(plain.double(), csr_mm(mats[0], X, sc).double(), rtol=tol,
+                               atol=tol)  # fmt: skip
+    with pytest.raises(ValueError, match="no INT8 operands"):
+        csr_mm_sum(mats, X, Scales(quant=object()))

@@ -1,0 +1,62 @@
+"""The benchmark tools as a user runs them: each one starts (its ``--help``), and
+``tools/bench_e2e.py`` reports time to target from the evaluations it records."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from dgl_rsc.launcher.tta import first_crossing
+
+from .proc import run as run_cmd
+from .test_tools_tta import REPO, TOOLS, _tool
+
+# modules of tools/ that are not commands: a shared helper and a pytest plugin
+NOT_COMMANDS = {"bench_common.py", "pyg_conformance_plugin.py"}
+COMMANDS = sorted(f for f in os.listdir(TOOLS) if f.endswith(".py") and f not in NOT_COMMANDS)
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_tool_starts(name):
+    """An import that moved breaks a tool before it prints anything: ``--help`` catches it."""
+    assert "usage:" in _tool(name, "--help")
+
+
+def test_bench_e2e_reports_time_to_target(tmp_path):
+    out = tmp_path / "e2e.json"
+    printed = _tool("bench_e2e.py", "--device", "cpu", "--preset", "tiny", "--epochs", "12",
+                    "--hidden", "16", "--amp", "none", "--tolerance", "1.0",
+                    "--out", str(out))  # fmt: skip
+    data = json.loads(out.read_text())
+    rows = [r for r in data["rows"] if "speedup_all" in r]
+    assert [(r["model"], r["amp"]) for r in rows] == [("gcn", "none"), ("sage", "none")]
+    for r in rows:
+        # evaluated every 2 epochs (and the last), evaluation outside the epoch times
+        assert [h["epoch"] for h in r["exact_history"] if h["val"] is not None] == list(
+            range(2, 13, 2)
+        )
+        assert r["target_val"] == pytest.approx(r["exact_val"] - 0.01)
+        for m in ("exact", "rsc"):
+            assert r[f"{m}_tta"] == first_crossing(r[f"{m}_history"], r["target_val"])
+        assert r["exact_tta"] is not None  # exact reaches its own best
+        if r["rsc_tta"] is None:
+            assert r["tta_speedup"] is None
+        else:
+            want = r["exact_tta"]["time_s"] / r["rsc_tta"]["time_s"]
+            assert r["tta_speedup"] == pytest.approx(want)
+        shown = "not reached" if r["tta_speedup"] is None else f"{r['tta_speedup']:.2f}"
+        assert any(line.startswith(r["model"]) and line.endswith(shown)
+                   for line in printed.splitlines())  # fmt: skip
+    assert data["machine"] and data["epochs"] == 12
+
+
+def test_bench_e2e_profile_needs_cuda(tmp_path):
+    done = run_cmd([sys.executable, os.path.join(TOOLS, "bench_e2e.py"), "--device", "cpu",
+                    "--profile", "--out", str(tmp_path / "x.json")], cwd=REPO, timeout=120,
+                   env={**os.environ, "PYTHONPATH": REPO})  # fmt: skip
+    assert done.returncode == 2
+    assert "--profile times CUDA kernels and needs --device cuda" in done.stderr
+    assert not (tmp_path / "x.json").exists()
