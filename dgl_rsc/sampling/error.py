@@ -22,7 +22,7 @@ from typing import Optional
 import torch
 
 from ..sparse.csr import CSR
-from ..sparse.products import Scales, csr_mm
+from ..sparse.products import Scales, coo_mm
 
 __all__ = ["GRID", "ErrorCurve", "error_curve", "fraction_for_error"]
 
@@ -140,8 +140,8 @@ def error_curve(
     bucket = torch.searchsorted(cuts, rank[rows], right=True)  # == len(grid): never kept
     p, g = cols.numel(), len(grid)
     # the probes' parts by bucket: one sparse product ((G + 1) P, M) @ dY
-    pick = CSR.from_coo(bucket * p + seg, rows, w, ((g + 1) * p, A.shape[0]))
-    parts = csr_mm(pick, dY.detach().float()).view(g + 1, p, -1).double()
+    parts = coo_mm(bucket * p + seg, rows, w, (g + 1) * p, dY.detach().float())
+    parts = parts.view(g + 1, p, -1).double()
     cum = torch.cumsum(parts, 0)
     Gd, GS = cum[g], cum[:g]  # (P, D) exact, (G, P, D) kept parts
     g2 = float(Gd.square().sum())

@@ -24,7 +24,16 @@ from ..int8.spmm import int8_csr_mm
 from .buffers import OutputPool
 from .csr import CSR
 
-__all__ = ["Scales", "csr_mm", "csr_mm_sum", "csr_t_mm", "sddmm", "cpu_engine", "pooled_output"]
+__all__ = [
+    "Scales",
+    "coo_mm",
+    "cpu_engine",
+    "csr_mm",
+    "csr_mm_sum",
+    "csr_t_mm",
+    "pooled_output",
+    "sddmm",
+]
 
 _CPU_UPCAST = (torch.float16, torch.bfloat16)
 
@@ -223,6 +232,22 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
     else:  # one pass: add + out * r (or / r)
         (torch.addcdiv if scales.row_divide else torch.addcmul)(add, out, r, out=out)
     return out.to(out_dtype)
+
+
+def coo_mm(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: int,
+           X: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``(n_rows, D)``: the product of the ``(n_rows, N)`` COO matrix of entries
+    ``(rows[e], cols[e], values[e])`` (``(E,)`` each, any order, duplicates summed) with
+    ``X (N, D)``, in ``X``'s dtype; for a few entries, read once.
+
+    On the CPU a gather of ``X``'s rows and an ``index_add_`` (no sort, no CSR built; the sum
+    follows the entries' order); elsewhere the CSR product (:func:`csr_mm`), as ``index_add_``
+    would add with atomics on CUDA."""
+    if X.device.type != "cpu":
+        pick = CSR.from_coo(rows, cols, values.to(X.dtype), (n_rows, X.shape[0]))
+        return csr_mm(pick, X)
+    out = X.new_zeros((n_rows, X.shape[1]))
+    return out.index_add_(0, rows.long(), X[cols.long()] * values.to(X.dtype).unsqueeze(1))
 
 
 def csr_t_mm(A: CSR, Y: torch.Tensor, scales: Scales = NO_SCALES) -> torch.Tensor:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dgl_rsc.sparse.csr import CSR
-from dgl_rsc.sparse.products import Scales, csr_mm, csr_mm_sum, csr_t_mm, sddmm
+from dgl_rsc.sparse.products import Scales, coo_mm, csr_mm, csr_mm_sum, csr_t_mm, sddmm
 
 from ..conftest import DEVICES, RTOL, power_law_csr, requires_dgl
 
@@ -121,3 +121,20 @@ def test_csr_mm_sum_is_the_product_of_the_sum(device, dtype, scaled):
                                atol=tol)  # fmt: skip
     with pytest.raises(ValueError, match="no INT8 operands"):
         csr_mm_sum(mats, X, Scales(quant=object()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_coo_mm_sums_duplicates_in_any_order(device, dtype):
+    gen = torch.Generator().manual_seed(6)
+    rows = torch.randint(0, 40, (500,), generator=gen)
+    cols = torch.randint(0, 300, (500,), generator=gen)
+    vals = torch.randn(500, generator=gen)
+    X = torch.randn(300, 9, generator=gen, dtype=torch.float64)
+    dense = torch.zeros(50, 300, dtype=torch.float64)
+    dense.index_put_((rows, cols), vals.double(), accumulate=True)  # rows 40-49 stay empty
+    got = coo_mm(rows.to(device), cols.to(device), vals.to(device), 50, X.to(device, dtype))
+    assert got.dtype == dtype and got.shape == (50, 9) and got.device == torch.device(device)
+    tol = RTOL[dtype]
+    torch.testing.assert_close(got.double().cpu(), dense @ X, rtol=tol, atol=tol)
+    assert not got[40:].any()
