@@ -151,26 +151,33 @@ def step_product(
     rest = sample.rest
     g = use % len(rest)
     n = A.shape[1]
-    if _merged_ok(A, sample, dY, scales):
-        w = torch.ones(A.shape[0], dtype=dY.dtype)
-        w[rest.rows[g]] = float(groups)
-        ts = scales.transposed()
-        col = w if ts.col is None else ts.col.to(dY.dtype) * w
-        out = pooled_output(A.transpose_pool(), (n, dY.shape[1]), dY)[0]
-        rest.grouped(A, sample).product(g, dY, ts.row, col, out)
-    elif scales.quant is None:
-        w = torch.ones(A.shape[0], dtype=dY.dtype, device=dY.device)
-        if sample.factor is not None:
-            w.mul_(sample.factor.to(dY.dtype))
-        w[rest.rows[g].to(dY.device)] = float(groups)
-        out = csr_mm_sum([sample.t_slice, rest.slice(g, A, backend)], dY, scales.transposed(),
-                         col_weight=w, row_add=nonfinite)  # fmt: skip
-        return out, rest.nnz[g]
-    else:
+    if scales.quant is not None:  # INT8: the two products apart, added
         k = torch.tensor(float(groups), device=dY.device)
         out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
                      pool=A.transpose_pool())  # fmt: skip
         out.add_(sample_product(A, sample, dY, scales))
+    elif not _merged_ok(A, sample, dY, scales):
+        w = _row_weights(A, sample, rest.rows[g], groups, dY)
+        out = csr_mm_sum([sample.t_slice, rest.slice(g, A, backend)], dY, scales.transposed(),
+                         col_weight=w, row_add=nonfinite)  # fmt: skip
+        return out, rest.nnz[g]
+    else:
+        w = _row_weights(A, sample, rest.rows[g], groups, dY)
+        ts = scales.transposed()
+        col = w if ts.col is None else ts.col.to(dY.dtype) * w
+        out = pooled_output(A.transpose_pool(), (n, dY.shape[1]), dY)[0]
+        rest.grouped(A, sample).product(g, dY, ts.row, col, out)
     if nonfinite is not None:
         out.add_(nonfinite.to(out.dtype))
     return out, rest.nnz[g]
+
+
+def _row_weights(A: CSR, sample: Sample, rows: torch.Tensor, groups: int,
+                 dY: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``(M,)`` weights of ``dY``'s rows in a step: the sample's factor (1 without one), and
+    ``K = groups`` on the group's ``rows`` (disjoint from the sample's)."""
+    w = torch.ones(A.shape[0], dtype=dY.dtype, device=dY.device)
+    if sample.factor is not None:
+        w.mul_(sample.factor.to(dY.dtype))
+    w[rows.to(dY.device)] = float(groups)
+    return w

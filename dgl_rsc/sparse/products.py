@@ -119,19 +119,33 @@ def _numba_mm(indptr, indices, values, shape, X, scales: Scales, pool: Optional[
     return out
 
 
+def _torch_csr(indptr, indices, values, shape) -> torch.Tensor:
+    """A ``torch.sparse_csr_tensor`` of a structure dgl_rsc built or checked: saying so
+    (``check_invariants=False``) keeps torch >= 2.3 from warning on every product that its
+    checks are off, and torch's note that sparse CSR is in beta is not shown."""
+    with warnings.catch_warnings():  # nothing for a user to act on
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(indptr, indices, values, size=shape,
+                                       check_invariants=False)  # fmt: skip
+
+
+def _scale_rows(out: torch.Tensor, scales: Scales, add: Optional[torch.Tensor] = None):
+    """``diag(r) out + add`` in place, in one pass (``r`` divides with ``row_divide``; no
+    row scale: ``out + add``); ``add`` is ``(M, 1)`` or ``None``."""
+    add = None if add is None else add.to(out.dtype)
+    if scales.row is None:
+        return out if add is None else out.add_(add)
+    r = scales.row.to(out.dtype).unsqueeze(1)
+    if add is None:
+        return out.div_(r) if scales.row_divide else out.mul_(r)
+    return (torch.addcdiv if scales.row_divide else torch.addcmul)(add, out, r, out=out)
+
+
 def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
     if scales.col is not None:
         X = X * scales.col.to(X.dtype).unsqueeze(1)
-    with warnings.catch_warnings():  # torch marks sparse CSR as beta; nothing to act on
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        # the structure comes from a CSR dgl_rsc built or checked; saying so explicitly keeps
-        # torch >= 2.3 from warning on every product that its checks are off
-        A = torch.sparse_csr_tensor(indptr, indices, values, size=shape, check_invariants=False)
-    out = torch.sparse.mm(A, X)
-    if scales.row is not None:
-        r = scales.row.to(out.dtype).unsqueeze(1)
-        out = out / r if scales.row_divide else out * r
-    return out
+    out = torch.sparse.mm(_torch_csr(indptr, indices, values, shape), X)
+    return _scale_rows(out, scales)
 
 
 def _mm(indptr, indices, values, shape, X, scales: Scales, pool, tag=None) -> torch.Tensor:
@@ -212,26 +226,15 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         col = col_weight.to(cdt) if col is None else col.to(cdt) * col_weight.to(cdt)
     X = (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
     out = None
-    with warnings.catch_warnings():  # torch marks sparse CSR as beta; nothing to act on
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        for A in mats:
-            if A.nnz == 0:
-                continue
-            vals = A.values_or_ones(X.dtype).detach().contiguous()
-            S = torch.sparse_csr_tensor(A.indptr, A.indices, vals, size=shape,
-                                        check_invariants=False)  # fmt: skip
-            out = torch.sparse.mm(S, X) if out is None else out.addmm_(S, X)
+    for A in mats:
+        if A.nnz == 0:
+            continue
+        S = _torch_csr(A.indptr, A.indices, A.values_or_ones(X.dtype).detach().contiguous(),
+                       shape)  # fmt: skip
+        out = torch.sparse.mm(S, X) if out is None else out.addmm_(S, X)
     if out is None:
         out = X.new_zeros((shape[0], X.shape[1]))
-    add = None if row_add is None else row_add.to(out.dtype)
-    if scales.row is None:
-        return (out if add is None else out.add_(add)).to(out_dtype)
-    r = scales.row.to(out.dtype).unsqueeze(1)
-    if add is None:
-        out = out.div_(r) if scales.row_divide else out.mul_(r)
-    else:  # one pass: add + out * r (or / r)
-        (torch.addcdiv if scales.row_divide else torch.addcmul)(add, out, r, out=out)
-    return out.to(out_dtype)
+    return _scale_rows(out, scales, row_add).to(out_dtype)
 
 
 def coo_mm(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: int,
