@@ -25,7 +25,7 @@ from typing import Callable, Optional, Sequence
 from ..core.config import ConfigError
 from . import yaml_io
 from .checkpoint import OutputWriteError
-from .outputs import PARTITION_CACHE, output_dir, resume_command, some
+from .outputs import PARTITION_CACHE, output_dir, output_path, resume_command, some
 from .supervise import guard, managed_worker
 from .yaml_io import (  # noqa: F401 (re-exported)
     StrictLoader,
@@ -183,7 +183,9 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
 
     rank = int(os.environ.get("RANK", "0")) if cfg.distributed is not None else 0
     main = rank == 0  # in a distributed run rank 0 writes the shared files and prints
-    out = output_dir(args, cfg)
+    # only the writer checks the directory: another rank checking it could see what rank 0
+    # has started writing there and refuse the run (rank 0's check is the run's check)
+    out = output_dir(args, cfg) if main else output_path(args)
     text = dump_yaml(cfg)
     if main:
         print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)

@@ -12,7 +12,14 @@ from ..core.config import ConfigError
 from .checkpoint import LOCK, MANIFEST, OUTPUTS, foreign_entries, manifest_files
 from .yaml_io import load_yaml
 
-__all__ = ["check_location", "output_dir", "resume_command", "some", "PARTITION_CACHE"]
+__all__ = [
+    "check_location",
+    "output_dir",
+    "output_path",
+    "resume_command",
+    "some",
+    "PARTITION_CACHE",
+]
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +30,9 @@ PARTITION_CACHE = "partitions"
 #: keys that change only the report (written again at the end), never training: a resume may
 #: change them, e.g. to read the time to accuracy of finished runs against another target
 REPORT_ONLY = "report."
+#: the prefix of the file check_location writes and removes at once; another process checking
+#: the same directory (a distributed run's other rank, a second run) may see one for a moment
+PROBE_PREFIX = ".dgl-rsc-probe-"
 
 
 def _fail(msg: str):
@@ -40,7 +50,7 @@ def check_location(out: str, flag: str) -> None:
     if not os.path.isdir(base):
         _fail(f"{flag} {out} lies under {base}, which is not a directory; choose another path.")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".dgl-rsc-probe-", dir=base)
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=base)
         os.close(fd)
         os.remove(probe)
     except OSError as exc:
@@ -50,6 +60,15 @@ def check_location(out: str, flag: str) -> None:
 def some(names: list, limit: int = 8) -> str:
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
+
+
+def output_path(args) -> str:
+    """The directory a run writes, with no checks: ``--resume``, else ``--out``, else
+    ``runs/<config name>``. What a distributed run's other ranks use: rank 0 checks the
+    directory (:func:`output_dir`) and writes it; they only read from it."""
+    if args.resume:
+        return args.resume
+    return args.out or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
 
 
 def output_dir(args, cfg) -> str:
@@ -83,7 +102,7 @@ def output_dir(args, cfg) -> str:
                 f"{', '.join(map(str, diff))}; resume with the same config and --set values."
             )
         return out
-    out = args.out or os.path.join("runs", os.path.splitext(os.path.basename(args.config))[0])
+    out = output_path(args)
     check_location(out, "--out")
     if os.path.isdir(out) and not _only_leftovers(out):
         if not args.force:
@@ -110,9 +129,12 @@ def output_dir(args, cfg) -> str:
 
 def _only_leftovers(out: str) -> bool:
     """``out`` holds nothing of a run: at most its lock, an empty manifest and the partition
-    cache (what a run that failed before writing its config leaves; all reusable)."""
+    cache (what a run that failed before writing its config leaves; all reusable), and the
+    probe file another process's :func:`check_location` is writing at this moment."""
     for name in os.listdir(out):
         path = os.path.join(out, name)
+        if name.startswith(PROBE_PREFIX):
+            continue
         if name == LOCK and os.path.isfile(path):
             continue
         if name == MANIFEST and manifest_files(out) == []:

@@ -13,7 +13,8 @@ import stat
 
 import pytest
 
-from dgl_rsc.launcher import cli, prepare, train
+from dgl_rsc.core.config import ConfigError
+from dgl_rsc.launcher import cli, outputs, prepare, train
 from dgl_rsc.launcher.checkpoint import (
     LOCK,
     MANIFEST,
@@ -169,6 +170,45 @@ def test_out_that_is_not_writable(tmp_path, monkeypatch, capsys):
             (tmp_path / "ro").chmod(0o755)
     err = capsys.readouterr().err
     assert "cannot write in" in err and "choose a writable path" in err
+
+
+def test_another_process_checking_the_same_directory_does_not_make_it_refused(tmp_path, capsys):
+    """check_location's probe file (another rank or run checking ``out`` at this moment) is
+    not a run: a directory with only it, a lock and an empty manifest is free (the stop of
+    2026-11-26: a 2-rank run refused its own directory)."""
+    cfg = write_config(tmp_path, train=FAST)
+    out = tmp_path / "run"
+    out.mkdir()
+    claim(str(out))
+    (out / LOCK).write_text("")
+    (out / f"{outputs.PROBE_PREFIX}x1y2z3").write_text("")
+    assert cli.main(["run", cfg, "--out", str(out), "--no-progress"]) == 0, capsys.readouterr()
+    assert (out / "config.yaml").is_file()
+    (out / f"{outputs.PROBE_PREFIX}x1y2z3").unlink()
+    assert cli.main(["run", cfg, "--out", str(out)]) == 2  # a finished run is still refused
+    assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_only_rank_0_checks_the_directory_it_writes(tmp_path, monkeypatch, capsys):
+    """Rank 1 does not refuse a directory in which rank 0 has started writing the run."""
+    cfg = write_config(tmp_path, train=FAST, distributed={"partitions": 2})
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.yaml").write_text("rank 0 wrote this\n")
+    reached = []
+
+    def stop(cfg, out_dir):
+        reached.append(out_dir)
+        raise ConfigError("stopped after the directory checks")
+
+    monkeypatch.setattr("dgl_rsc.launcher.prepare.prepare", stop)
+    for rank, checked in (("1", False), ("0", True)):
+        monkeypatch.setenv("RANK", rank)
+        assert cli.main(["run", cfg, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert ("exists and is not empty" in err) is checked, err
+    assert reached == [str(out)]
+    assert (out / "config.yaml").read_text() == "rank 0 wrote this\n"
 
 
 # -- permissions and temporary files --------------------------------------------------------------
