@@ -20,7 +20,7 @@ def test_step_costs_times_every_piece_of_the_step(tmp_path):
     for name in ("refresh", "  draw (score, select, cut)", "  split into groups",
                  "step product (sample + group)", "grouping at a refresh"):  # fmt: skip
         assert rsc[name]["calls"] > 0, name
-    # the default step on the CPU: the grouped product, once per step, inside the step
+    # the default step on the CPU: its product, once per step, inside the step
     step = rsc["step product (sample + group)"]
     assert rsc["  of which the product"]["calls"] == step["calls"]
     assert rsc["  of which the product"]["median_ms"] <= step["median_ms"]

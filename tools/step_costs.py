@@ -42,6 +42,7 @@ from dgl_rsc.sampling.remainder import Groups
 
 def _targets():
     """``(owner, attribute, piece name)`` of everything timed."""
+    from dgl_rsc.sampling import remainder
     from dgl_rsc.sparse import cpu_grouped
 
     return [
@@ -49,12 +50,14 @@ def _targets():
         (slot, "csr_t_mm", "exact product"),
         (slot, "sample_product", "sample product (no groups)"),
         (slot, "step_product", "step product (sample + group)"),
-        (cpu_grouped.GroupedSlices, "product", "  of which the product"),
-        (Groups, "slice", "  of which a group's slice cut (CUDA path)"),
+        (remainder, "csr_mm_sum", "  of which the product"),  # with DGL, and on CUDA
+        (cpu_grouped.GroupedSlices, "product", "  of which the product"),  # CPU without DGL
+        (Groups, "slice", "  of which the group's slice (cut on first use)"),
         (layer_state.LayerState, "refresh", "refresh"),
         (layer_state, "draw_sample", "  draw (score, select, cut)"),
         (layer_state, "cut_groups", "  split into groups"),
-        (cpu_grouped.GroupedSlices, "__init__", "grouping at a refresh"),
+        (cpu_grouped, "group_slices", "grouping at a refresh"),  # CPU with DGL
+        (cpu_grouped.GroupedSlices, "__init__", "grouping at a refresh"),  # CPU without DGL
         (layer_state.LayerState, "probe_error", "error probe"),
         (slot, "nonfinite_rows", "non-finite check"),
     ]

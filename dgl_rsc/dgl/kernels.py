@@ -24,7 +24,7 @@ import torch
 
 from . import private as dgl_private
 
-__all__ = ["usable", "spmm"]
+__all__ = ["usable", "spmm", "spmm_add"]
 
 #: dtypes DGL's CPU kernel computes as the Numba kernels do
 DTYPES = (torch.float32, torch.float64)
@@ -66,4 +66,15 @@ def spmm(structure, values: Optional[torch.Tensor], X: torch.Tensor, scales,
     if scales.row is not None:
         r = scales.row.to(out.dtype).unsqueeze(1)
         out.div_(r) if scales.row_divide else out.mul_(r)
+    return out
+
+
+def spmm_add(structure, values: Optional[torch.Tensor], X: torch.Tensor,
+             out: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``out (M, D) += A X`` on DGL's kernel, unscaled (``values``, ``X`` and ``out`` as in
+    :func:`spmm`): each entry's term is added to ``out``'s row in stored order (DGL's CPU
+    kernel adds into what ``out`` holds), so the products of several matrices into one
+    zeroed ``out`` are the product of their sum, one output written."""
+    e = None if values is None else values.reshape(-1, 1)
+    dgl_private.spmm_into(_graph_index(structure), X, e, out)
     return out

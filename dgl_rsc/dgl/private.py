@@ -106,13 +106,15 @@ def index_counts(gidx) -> tuple[int, int]:
 
 def build_index(indptr: torch.Tensor, indices: torch.Tensor, num_src: int, num_dst: int):
     """A bipartite graph index whose in-edge CSR is ``(indptr (num_dst + 1,), indices)``,
-    entry ``p`` being edge ``p`` (sources: ``num_src`` columns, destinations: rows)."""
-    dgl = require()
-    g = dgl.heterograph(
-        {("_N", "_E", "_M"): ("csc", (indptr, indices, torch.arange(indices.numel())))},
-        num_nodes_dict={"_N": num_src, "_M": num_dst},
-    )
-    return graph_index(g)
+    entry ``p`` being edge ``p`` (sources: ``num_src`` columns, destinations: rows): DGL's
+    unit graph index straight from the CSR (no graph object around it: a tenth of
+    ``dgl.heterograph``'s 0.25 ms on a 150k-entry slice, which a step pays per new slice)."""
+    require()
+    index = importlib.import_module("dgl.heterograph_index")
+    return index.create_unitgraph_from_csr(
+        2, num_src, num_dst, indptr.long(), indices.long(),
+        torch.arange(indices.numel()), ["csc"], True,
+    )  # fmt: skip
 
 
 def spmm_into(gidx, X: torch.Tensor, e: Optional[torch.Tensor], out: torch.Tensor) -> None:

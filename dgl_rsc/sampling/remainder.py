@@ -13,10 +13,10 @@ unbiased estimate of the exact one (top rows exactly, the rest by a uniform grou
 ``K`` consecutive steps every dropped row enters once. Each step visits about ``nnz(R) / K``
 more non-zeros than the sample alone.
 
-A refresh draws the groups as row ids (one sort of the row labels). On the CPU a step's
-sample and group are one product over entries grouped at the refresh; elsewhere a group's
-slice ``A[R_g, :]^T`` is cut on its first use and its product accumulates into the
-sample's (:func:`step_product`).
+A refresh draws the groups as row ids (one sort of the row labels). The groups' slices
+``A[R_g, :]^T`` are cut when the first is needed on the CPU (all in one pass), elsewhere each
+on its first use; a step's group product accumulates into the sample's
+(:func:`step_product`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Optional
 
 import torch
 
+from ..base import _deps
 from ..sparse.csr import CSR
 from ..sparse.products import Scales, csr_mm, csr_mm_sum, pooled_output
 from .draw import Sample, cut_rows, sample_product, scaled_transpose
@@ -47,11 +48,18 @@ class Groups:
         return len(self.rows)
 
     def slice(self, g: int, A: CSR, backend) -> CSR:
-        """``A[R_g, :]^T`` as an ``(N, M)`` CSR, cut on first use (``backend``) and kept."""
+        """``A[R_g, :]^T`` as an ``(N, M)`` CSR, kept once cut: on the CPU every group's at
+        the first use (:func:`~dgl_rsc.sparse.cpu_grouped.group_slices`, one pass over
+        ``A^T``), elsewhere each on its own first use (``backend``)."""
         if self._slices[g] is None:
-            mask = torch.zeros(A.shape[0], dtype=torch.bool, device=A.device)
-            mask[self.rows[g].to(A.device)] = True
-            self._slices[g] = cut_rows(A, mask, backend)
+            if A.device.type == "cpu" and _deps.numba_available():
+                from ..sparse.cpu_grouped import group_slices
+
+                self._slices = group_slices(A, self.rows)
+            else:
+                mask = torch.zeros(A.shape[0], dtype=torch.bool, device=A.device)
+                mask[self.rows[g].to(A.device)] = True
+                self._slices[g] = cut_rows(A, mask, backend)
         return self._slices[g]
 
     def grouped(self, A: CSR, sample: Sample):
@@ -118,15 +126,6 @@ def cut_groups(
     return Groups(rows, [row_nnz[r].sum().long() for r in rows])
 
 
-def _merged_ok(A: CSR, sample: Sample, dY: torch.Tensor, scales: Scales) -> bool:
-    """Whether the step's two products can run as one on the CPU kernels."""
-    from ..base import _deps
-
-    return (dY.device.type == "cpu" and A.device.type == "cpu" and scales.quant is None
-            and dY.dtype in (torch.float32, torch.float64) and sample.factor is None
-            and _deps.numba_available())  # fmt: skip
-
-
 def step_product(
     A: CSR,
     sample: Sample,
@@ -142,34 +141,43 @@ def step_product(
     the sample's product plus group ``g = use mod len(sample.rest)``'s (``K = groups``), and
     the 0-dim number of non-zeros the group visited.
 
-    ``K`` and the sample's factor go into ``dY``'s row scale (the rows are disjoint). On the
-    CPU the two are one product of ``A[S ∪ R_g]^T``, read from the entries grouped at the
-    refresh (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`): one output written, no
-    slice cut per step. Elsewhere the group's slice is cut on its first use and the two
-    products accumulate into one output (:func:`~dgl_rsc.sparse.products.csr_mm_sum`:
-    ``dY`` scaled once, the output scaled once); INT8 runs them apart and adds them."""
+    ``K`` and the sample's factor go into ``dY``'s row scale (the rows are disjoint), and the
+    two products accumulate into one output (:func:`~dgl_rsc.sparse.products.csr_mm_sum`:
+    ``dY`` scaled once, the output scaled once; DGL's kernel on the CPU where DGL imports,
+    cuSPARSE on CUDA), the group's slice from :meth:`Groups.slice`. The CPU engine without
+    DGL reads ``A[S ∪ R_g]^T`` from the entries grouped at the first step in one Numba
+    product (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`). INT8 runs the two apart
+    and adds them."""
     rest = sample.rest
     g = use % len(rest)
-    n = A.shape[1]
     if scales.quant is not None:  # INT8: the two products apart, added
         k = torch.tensor(float(groups), device=dY.device)
-        out = csr_mm(rest.slice(g, A, backend), dY, scaled_transpose(scales, k, n, dY),
+        out = csr_mm(rest.slice(g, A, backend), dY,
+                     scaled_transpose(scales, k, A.shape[1], dY),
                      pool=A.transpose_pool())  # fmt: skip
         out.add_(sample_product(A, sample, dY, scales))
-    elif not _merged_ok(A, sample, dY, scales):
-        w = _row_weights(A, sample, rest.rows[g], groups, dY)
+        return out if nonfinite is None else out.add_(nonfinite.to(out.dtype)), rest.nnz[g]
+    w = _row_weights(A, sample, rest.rows[g], groups, dY)
+    if not _numba_step(A, sample, dY):
         out = csr_mm_sum([sample.t_slice, rest.slice(g, A, backend)], dY, scales.transposed(),
-                         col_weight=w, row_add=nonfinite)  # fmt: skip
+                         col_weight=w, row_add=nonfinite, pool=A.transpose_pool())  # fmt: skip
         return out, rest.nnz[g]
-    else:
-        w = _row_weights(A, sample, rest.rows[g], groups, dY)
-        ts = scales.transposed()
-        col = w if ts.col is None else ts.col.to(dY.dtype) * w
-        out = pooled_output(A.transpose_pool(), (n, dY.shape[1]), dY)[0]
-        rest.grouped(A, sample).product(g, dY, ts.row, col, out)
-    if nonfinite is not None:
-        out.add_(nonfinite.to(out.dtype))
-    return out, rest.nnz[g]
+    ts = scales.transposed()
+    col = w if ts.col is None else ts.col.to(dY.dtype) * w
+    out = pooled_output(A.transpose_pool(), (A.shape[1], dY.shape[1]), dY)[0]
+    rest.grouped(A, sample).product(g, dY, ts.row, col, out)
+    return out if nonfinite is None else out.add_(nonfinite.to(out.dtype)), rest.nnz[g]
+
+
+def _numba_step(A: CSR, sample: Sample, dY: torch.Tensor) -> bool:
+    """Whether the step runs as one Numba product over the grouped entries: the CPU engine
+    without DGL's kernel (which :func:`csr_mm_sum` uses where DGL imports), fp32/fp64, no
+    factor on the sample."""
+    from ..dgl import kernels as dgl_kernels
+
+    return (dY.device.type == "cpu" and A.device.type == "cpu" and not dgl_kernels.usable(dY)
+            and dY.dtype in (torch.float32, torch.float64) and sample.factor is None
+            and _deps.numba_available())  # fmt: skip
 
 
 def _row_weights(A: CSR, sample: Sample, rows: torch.Tensor, groups: int,

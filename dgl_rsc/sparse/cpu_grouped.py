@@ -1,18 +1,21 @@
-"""The transposed matrix's entries ordered by row class, and a step's product read from them (CPU).
+"""The remainder groups' entries of ``A^T`` cut in one pass, for the CPU step (Numba).
 
-RSC's step with remainder groups multiplies ``A[S]^T`` (the sample) plus ``K * A[R_g]^T``
-(this step's group). Cutting a group's slice at each step, writing its product and adding the
-sample's into it are three passes over memory; on the CPU each costs about what the product
-does (``docs/benchmarks.md``, *The CPU step in context*). Here one pass at the refresh sorts
-the entries of ``A^T`` of every row by class (class 0 the sample's rows, class ``1 + g`` group
-``g``'s, the other rows dropped), so that a step's matrix ``A[S ∪ R_g]^T`` is two contiguous
-segments per row, which the product reads in place (:meth:`GroupedSlices.product`: one
-output written, nothing cut per step); the factor ``K`` on the group's rows is a scale of
-``dY``'s rows.
+RSC's step with remainder groups multiplies the sample's slice ``A[S]^T`` plus ``K *
+A[R_g]^T`` (this step's group). Cutting a group's slice by a row mask reads all of ``A^T``
+(about 2 ms on quickstart's graph, as much as the product it saves), once per group and so
+once per step. Here one pass counts, per row of ``A^T``, the entries of each class and a
+second copies each entry to its class's place, in one of two layouts:
 
-Memory: one copy of the kept entries (the sample's and the groups', at most ``A``'s non-zeros)
-and an ``(N, C + 1)`` int64 offset table for ``C`` classes (``K + 1``: 88 bytes per node at
-``K = 10``), held while the sample is.
+- :func:`group_slices`: every group's slice as a CSR of its own (group-major), for products
+  on DGL's kernel, which add the sample's and the group's into one output
+  (:func:`~dgl_rsc.sparse.products.csr_mm_sum`);
+- :class:`GroupedSlices`: each row's entries by class (row-major, the sample's first), so
+  that one Numba kernel reads a step's ``A[S ∪ R_g]^T`` in place: the CPU engine without
+  DGL, where it beats two products (Numba's threads and torch's OpenMP ones contend).
+
+Memory: one copy of the kept entries (at most ``A``'s non-zeros), plus for
+:class:`GroupedSlices` an ``(N, C + 1)`` int64 offset table for ``C`` classes (``K + 1``: 88
+bytes per node at ``K = 10``), held while the sample is.
 """
 
 from __future__ import annotations
@@ -26,15 +29,16 @@ from numba import njit
 from .cpu_spmm import run_chunked
 from .csr import CSR
 
-__all__ = ["GroupedSlices"]
+__all__ = ["group_slices", "GroupedSlices"]
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True)
+_HALF = (torch.float16, torch.bfloat16)
 
 
 @njit(**_OPTS)
 def _count(t_indptr, t_cols, code, counts, r0, r1):
     """``counts[j, c]`` for rows ``[r0, r1)``: entries of row ``j`` of ``A^T`` whose column (a
-    row of ``A``) has class ``c`` (``code`` < 0: none)."""
+    row of ``A``) is in group ``c`` (``code`` < 0: in none)."""
     for j in range(r0, r1):
         for p in range(t_indptr[j], t_indptr[j + 1]):
             c = code[t_cols[p]]
@@ -44,8 +48,8 @@ def _count(t_indptr, t_cols, code, counts, r0, r1):
 
 @njit(**_OPTS)
 def _fill(t_indptr, t_cols, t_vals, use_v, code, cursor, cols, vals, r0, r1):
-    """Copy each kept entry of rows ``[r0, r1)`` to its row's class segment (``cursor[j, c]``:
-    the next slot)."""
+    """Copy each grouped entry of rows ``[r0, r1)`` to its slot (``cursor[j, c]``: the next
+    slot of row ``j`` in group ``c``'s part of ``cols``)."""
     for j in range(r0, r1):
         for p in range(t_indptr[j], t_indptr[j + 1]):
             c = code[t_cols[p]]
@@ -78,6 +82,47 @@ def _product_rows(off, g, cols, vals, use_v, X, cs, out, r0, r1, rs, use_rs):
             s = rs[j]
             for k in range(d):
                 o[k] = o[k] * s
+
+
+def group_slices(A: CSR, groups: list) -> list:
+    """``[A[R_g, :]^T for g]``: per group, an ``(N, M)`` CSR of the rows ``R_g`` of ``A (M,
+    N)`` (``groups[g]``: int64 row ids, disjoint), as :func:`~dgl_rsc.sampling.draw.cut_rows`
+    cuts it (column ids are ``A``'s row ids, ascending in each row; ``A``'s values in its
+    dtype, or none), all from one count and one copy of ``A^T``'s entries. CPU only."""
+    t_indptr, t_rows, perm = A.transposed()
+    n, m = A.shape[1], A.shape[0]
+    k = len(groups)
+    code = torch.full((m,), -1, dtype=torch.int64)
+    for g, rows in enumerate(groups):
+        code[rows] = g
+    ti, tc, cn = t_indptr.numpy(), t_rows.numpy(), code.numpy()
+    counts = np.zeros((n, k), dtype=np.int64)
+    run_chunked(ti, 0, n, 1, lambda a, b: _count(ti, tc, cn, counts, a, b))
+    # group-major: group g's entries are one block, its rows in order within it
+    within = np.cumsum(counts, axis=0) - counts  # (N, K) row j's start inside its group
+    sizes = counts.sum(axis=0)
+    base = np.concatenate(([0], np.cumsum(sizes)))
+    cursor = within + base[:-1][None, :]
+    cols = np.empty(int(base[-1]), dtype=tc.dtype)
+    values = None if A.values is None else A.values.detach()
+    out_dtype = None if values is None else values.dtype
+    tv, vals = np.empty(1, dtype=np.float32), None
+    if values is not None:  # fp16/bf16 copied as float32 (exact both ways)
+        tv = (values.float() if values.dtype in _HALF else values)[perm].numpy()
+        vals = np.empty(cols.shape[0], dtype=tv.dtype)
+    vo = tv if vals is None else vals
+    run_chunked(ti, 0, n, 1, lambda a, b: _fill(ti, tc, tv, values is not None, cn, cursor,
+                                                cols, vo, a, b))  # fmt: skip
+    cols_t = torch.from_numpy(cols)
+    vals_t = None if vals is None else torch.from_numpy(vals)
+    out = []
+    for g in range(k):
+        lo, hi = int(base[g]), int(base[g + 1])
+        indptr = torch.zeros(n + 1, dtype=t_indptr.dtype)
+        indptr[1:] = torch.from_numpy(np.cumsum(counts[:, g]))
+        v = None if vals_t is None else vals_t[lo:hi].to(out_dtype)
+        out.append(CSR(indptr, cols_t[lo:hi], v, (n, m), check=False))
+    return out
 
 
 class GroupedSlices:

@@ -204,15 +204,18 @@ def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.
 
 def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
                col_weight: Optional[torch.Tensor] = None,
-               row_add: Optional[torch.Tensor] = None) -> torch.Tensor:  # fmt: skip
+               row_add: Optional[torch.Tensor] = None,
+               pool: Optional[OutputPool] = None) -> torch.Tensor:  # fmt: skip
     """``diag(r) (A_1 + ... + A_k) diag(c * w) X + row_add``: ``A_i (M, N)`` CSRs of one
     shape, ``X (N, D)``, ``w = col_weight (N,)``, ``row_add (M, 1)`` -> ``(M, D)`` in ``X``'s
     dtype. No autograd, no INT8 (``scales.quant`` must be ``None``).
 
-    Through ``torch.sparse`` (cuSPARSE on CUDA): ``X`` is scaled once, each product adds
-    into one output (``addmm_``) and the row scale and ``row_add`` are applied in one pass:
-    two passes over ``(., D)`` tensors besides the products, as one :func:`csr_mm`, where
-    adding ``k`` products' outputs takes ``2k + 1``. fp16/bf16 run in fp32 on the CPU.
+    ``X`` is scaled once, each product adds into one output and the row scale and
+    ``row_add`` are applied in one pass: two passes over ``(., D)`` tensors besides the
+    products, as one :func:`csr_mm`, where adding ``k`` products' outputs takes ``2k + 1``.
+    On the CPU where DGL imports, DGL's kernel adds into a buffer of ``pool`` (valid while
+    the caller holds it, as :func:`csr_mm`'s); elsewhere ``torch.sparse`` (cuSPARSE on CUDA,
+    ``addmm_``). fp16/bf16 run in fp32 on the CPU.
     """
     if scales.quant is not None:
         raise ValueError("csr_mm_sum takes no INT8 operands; use csr_mm per matrix.")
@@ -225,10 +228,15 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         cdt = torch.float32 if X.dtype in _CPU_UPCAST else X.dtype
         col = col_weight.to(cdt) if col is None else col.to(cdt) * col_weight.to(cdt)
     X = (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
+    mats = [A for A in mats if A.nnz > 0]
+    if mats and dgl_kernels.usable(X) and X.dim() == 2 and X.shape[1] > 0:
+        out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
+        for A in mats:
+            vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
+            dgl_kernels.spmm_add(A._s, vals, X, out)
+        return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
     for A in mats:
-        if A.nnz == 0:
-            continue
         S = _torch_csr(A.indptr, A.indices, A.values_or_ones(X.dtype).detach().contiguous(),
                        shape)  # fmt: skip
         out = torch.sparse.mm(S, X) if out is None else out.addmm_(S, X)

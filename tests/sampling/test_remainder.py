@@ -49,10 +49,10 @@ def test_groups_split_exactly_the_dropped_rows_that_contribute(A, backend):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("scaled", ["none", "gcn", "mean", "weights"])
 def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
-    """``step_product`` against the two products in dense algebra: on the CPU as one product
-    over the grouped entries (no factor on the sample, the default), else the group's product
-    and the sample's, added."""
-    from dgl_rsc.sampling.remainder import Groups, step_product
+    """``step_product`` against the two products in dense algebra: the two slices' products
+    added into one output (DGL's kernel where DGL imports), or without DGL and with no factor
+    on the sample (the default) one Numba product over the grouped entries."""
+    from dgl_rsc.sampling.remainder import Groups, _numba_step, step_product
     from dgl_rsc.sparse.products import Scales
 
     gen = torch.Generator().manual_seed(1)
@@ -81,7 +81,9 @@ def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
         tol = 1e-12 if dtype == torch.float64 else 1e-5
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
         assert int(nnz) == int(s.rest.nnz[g]) > 0
-    assert (s.rest._grouped is not None) == (factor is None)  # the path the step took
+    numba = _numba_step(A, s, dY)  # the CPU engine without DGL, no factor: one Numba product
+    assert (s.rest._grouped is not None) == numba  # the path the step took
+    assert all((t is None) == numba for t in s.rest._slices)  # else every slice cut at once
     if factor is None:  # restored from a checkpoint: no mask, the slice says the rows
         s.mask, s.rest = None, Groups.restore(s.rest.export())
         got, _ = step_product(A, s, dY, scales, 1, 3, be)

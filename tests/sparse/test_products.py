@@ -138,3 +138,27 @@ def test_coo_mm_sums_duplicates_in_any_order(device, dtype):
     tol = RTOL[dtype]
     torch.testing.assert_close(got.double().cpu(), dense @ X, rtol=tol, atol=tol)
     assert not got[40:].any()
+
+
+@requires_dgl
+def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero():
+    """On the CPU with DGL the parts' products add into one buffer of the pool: with every
+    row's entries split between the parts (as a sample's and a group's are), the sum matches
+    the whole matrix's product to rounding, and a second call (the buffer holding the first's
+    result) gives the same numbers, not their double."""
+    A = power_law_csr(500, 8.0, weighted=True, seed=3)
+    side = torch.rand(A.nnz, generator=torch.Generator().manual_seed(4)) < 0.5
+    parts = []
+    for keep in (side, ~side):
+        counts = torch.zeros(500, dtype=torch.long).index_add_(
+            0, A.row_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long)
+        )
+        indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
+        parts.append(CSR(indptr, A.indices[keep], A.values[keep], A.shape))
+    assert int(((parts[0].row_nnz() > 0) & (parts[1].row_nnz() > 0)).sum()) > 100  # shared rows
+    X = torch.randn(500, 16, generator=torch.Generator().manual_seed(5))
+    pool = A.pool()
+    first = csr_mm_sum(parts, X, pool=pool).clone()
+    again = csr_mm_sum(parts, X, pool=pool)
+    assert torch.equal(first, again)
+    torch.testing.assert_close(again, csr_mm(A, X), rtol=1e-5, atol=1e-5)
