@@ -62,6 +62,23 @@ def _fill(t_indptr, t_cols, t_vals, use_v, code, cursor, cols, vals, r0, r1):
 
 
 @njit(**_OPTS)
+def _group_offsets(counts, indptr, cursor):
+    """From ``counts (N, K)`` (entries of row ``j`` in group ``c``): ``indptr[c]``, group
+    ``c``'s CSR row pointers ``(N + 1,)``, and ``cursor[j, c]``, the slot of row ``j``'s first
+    entry of group ``c`` in the group-major copy (group ``c`` after groups ``0..c-1``)."""
+    n, k = counts.shape
+    base = 0
+    for c in range(k):
+        run = 0
+        indptr[c, 0] = 0
+        for j in range(n):
+            cursor[j, c] = base + run
+            run += counts[j, c]
+            indptr[c, j + 1] = run
+        base += run
+
+
+@njit(**_OPTS)
 def _product_rows(off, g, cols, vals, use_v, X, cs, out, r0, r1, rs, use_rs):
     """Rows ``[r0, r1)`` of ``out[j] = rs[j] * sum_p (X[i] * cs[i]) * w[p]`` over the entries
     ``p = (j, i)`` of classes 0 and ``g`` of row ``j``; rows without such entries are set to
@@ -99,10 +116,10 @@ def group_slices(A: CSR, groups: list) -> list:
     counts = np.zeros((n, k), dtype=np.int64)
     run_chunked(ti, 0, n, 1, lambda a, b: _count(ti, tc, cn, counts, a, b))
     # group-major: group g's entries are one block, its rows in order within it
-    within = np.cumsum(counts, axis=0) - counts  # (N, K) row j's start inside its group
-    sizes = counts.sum(axis=0)
-    base = np.concatenate(([0], np.cumsum(sizes)))
-    cursor = within + base[:-1][None, :]
+    indptr = np.empty((k, n + 1), dtype=np.int64)
+    cursor = np.empty((n, k), dtype=np.int64)
+    _group_offsets(counts, indptr, cursor)
+    base = np.concatenate(([0], np.cumsum(indptr[:, -1])))
     cols = np.empty(int(base[-1]), dtype=tc.dtype)
     values = None if A.values is None else A.values.detach()
     out_dtype = None if values is None else values.dtype
@@ -118,10 +135,9 @@ def group_slices(A: CSR, groups: list) -> list:
     out = []
     for g in range(k):
         lo, hi = int(base[g]), int(base[g + 1])
-        indptr = torch.zeros(n + 1, dtype=t_indptr.dtype)
-        indptr[1:] = torch.from_numpy(np.cumsum(counts[:, g]))
+        ptr = torch.from_numpy(indptr[g]).to(t_indptr.dtype)
         v = None if vals_t is None else vals_t[lo:hi].to(out_dtype)
-        out.append(CSR(indptr, cols_t[lo:hi], v, (n, m), check=False))
+        out.append(CSR(ptr, cols_t[lo:hi], v, (n, m), check=False))
     return out
 
 
