@@ -72,9 +72,10 @@ def spmm(structure, values: Optional[torch.Tensor], X: torch.Tensor, scales,
 def spmm_add(structure, values: Optional[torch.Tensor], X: torch.Tensor,
              out: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """``out (M, D) += A X`` on DGL's kernel, unscaled (``values``, ``X`` and ``out`` as in
-    :func:`spmm`): each entry's term is added to ``out``'s row in stored order (DGL's CPU
-    kernel adds into what ``out`` holds), so the products of several matrices into one
-    zeroed ``out`` are the product of their sum, one output written."""
+    :func:`spmm`): each entry's term is added to ``out``'s row in stored order (DGL 2's CPU
+    kernels, libxsmm's and the plain one, add into what ``out`` holds; a test checks both),
+    so the products of several matrices into one zeroed ``out`` are the product of their
+    sum, one output written."""
     e = None if values is None else values.reshape(-1, 1)
     dgl_private.spmm_into(_graph_index(structure), X, e, out)
     return out

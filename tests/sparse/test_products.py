@@ -141,12 +141,15 @@ def test_coo_mm_sums_duplicates_in_any_order(device, dtype):
 
 
 @requires_dgl
-def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero(dtype):
     """On the CPU with DGL the parts' products add into one buffer of the pool: with every
     row's entries split between the parts (as a sample's and a group's are), the sum matches
     the whole matrix's product to rounding, and a second call (the buffer holding the first's
-    result) gives the same numbers, not their double."""
+    result) gives the same numbers, not their double. fp32 runs DGL's libxsmm kernel where
+    the CPU has it, fp64 its plain one: both must add into the output."""
     A = power_law_csr(500, 8.0, weighted=True, seed=3)
+    A = CSR(A.indptr, A.indices, A.values.to(dtype), A.shape)
     side = torch.rand(A.nnz, generator=torch.Generator().manual_seed(4)) < 0.5
     parts = []
     for keep in (side, ~side):
@@ -156,7 +159,7 @@ def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero():
         indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
         parts.append(CSR(indptr, A.indices[keep], A.values[keep], A.shape))
     assert int(((parts[0].row_nnz() > 0) & (parts[1].row_nnz() > 0)).sum()) > 100  # shared rows
-    X = torch.randn(500, 16, generator=torch.Generator().manual_seed(5))
+    X = torch.randn(500, 16, generator=torch.Generator().manual_seed(5)).to(dtype)
     pool = A.pool()
     first = csr_mm_sum(parts, X, pool=pool).clone()
     again = csr_mm_sum(parts, X, pool=pool)
