@@ -57,12 +57,9 @@ def spmm(structure, values: Optional[torch.Tensor], X: torch.Tensor, scales,
         scales: :class:`~dgl_rsc.sparse.products.Scales` (row, col, row_divide).
         out: ``(M, D)`` contiguous tensor of ``X``'s dtype, not a view.
     """
-    gidx = _graph_index(structure)
     if scales.col is not None:
         X = X * scales.col.to(X.dtype).unsqueeze(1)
-    out.zero_()
-    e = None if values is None else values.reshape(-1, 1)
-    dgl_private.spmm_into(gidx, X, e, out)
+    spmm_add(structure, values, X, out.zero_())
     if scales.row is not None:
         r = scales.row.to(out.dtype).unsqueeze(1)
         out.div_(r) if scales.row_divide else out.mul_(r)

@@ -156,17 +156,20 @@ def step_product(
                      scaled_transpose(scales, k, A.shape[1], dY),
                      pool=A.transpose_pool())  # fmt: skip
         out.add_(sample_product(A, sample, dY, scales))
-        return out if nonfinite is None else out.add_(nonfinite.to(out.dtype)), rest.nnz[g]
-    w = _row_weights(A, sample, rest.rows[g], groups, dY)
-    if not _numba_step(A, sample, dY):
+    elif not _numba_step(A, sample, dY):  # the non-finite term goes in with the row scale
+        w = _row_weights(A, sample, rest.rows[g], groups, dY)
         out = csr_mm_sum([sample.t_slice, rest.slice(g, A, backend)], dY, scales.transposed(),
                          col_weight=w, row_add=nonfinite, pool=A.transpose_pool())  # fmt: skip
         return out, rest.nnz[g]
-    ts = scales.transposed()
-    col = w if ts.col is None else ts.col.to(dY.dtype) * w
-    out = pooled_output(A.transpose_pool(), (A.shape[1], dY.shape[1]), dY)[0]
-    rest.grouped(A, sample).product(g, dY, ts.row, col, out)
-    return out if nonfinite is None else out.add_(nonfinite.to(out.dtype)), rest.nnz[g]
+    else:
+        w = _row_weights(A, sample, rest.rows[g], groups, dY)
+        ts = scales.transposed()
+        col = w if ts.col is None else ts.col.to(dY.dtype) * w
+        out = pooled_output(A.transpose_pool(), (A.shape[1], dY.shape[1]), dY)[0]
+        rest.grouped(A, sample).product(g, dY, ts.row, col, out)
+    if nonfinite is not None:
+        out.add_(nonfinite.to(out.dtype))
+    return out, rest.nnz[g]
 
 
 def _numba_step(A: CSR, sample: Sample, dY: torch.Tensor) -> bool:

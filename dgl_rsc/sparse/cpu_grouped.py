@@ -101,42 +101,57 @@ def _product_rows(off, g, cols, vals, use_v, X, cs, out, r0, r1, rs, use_rs):
                 o[k] = o[k] * s
 
 
+def _count_classes(A: CSR, classes: list, counts: np.ndarray) -> tuple:
+    """``counts[j, c]`` (``(N, C)``, zeroed by the caller): entries of row ``j`` of ``A^T``
+    whose column is one of ``classes[c]`` (row ids or an ``(M,)`` mask of ``A``'s rows, later
+    classes over earlier ones); returns what :func:`_copy_classes` reads."""
+    t_indptr, t_rows, perm = A.transposed()
+    code = torch.full((A.shape[0],), -1, dtype=torch.int64)
+    for c, rows in enumerate(classes):
+        code[rows] = c
+    ti, tc, cn = t_indptr.numpy(), t_rows.numpy(), code.numpy()
+    run_chunked(ti, 0, A.shape[1], 1, lambda a, b: _count(ti, tc, cn, counts, a, b))
+    return ti, tc, cn, perm
+
+
+def _copy_classes(A: CSR, counted: tuple, cursor: np.ndarray, total: int) -> tuple:
+    """``(cols, vals)``: the classed entries of ``A^T`` copied to their slots (``cursor[j,
+    c]``: row ``j``'s first slot in class ``c``, advanced as it fills), ``total`` of them;
+    ``vals`` ``None`` without values, fp16/bf16 values as float32 (exact both ways)."""
+    ti, tc, cn, perm = counted
+    cols = np.empty(total, dtype=tc.dtype)
+    tv, vals = np.empty(1, dtype=np.float32), None
+    if A.values is not None:
+        v = A.values.detach()
+        tv = (v.float() if v.dtype in _HALF else v)[perm].numpy()
+        vals = np.empty(total, dtype=tv.dtype)
+    vo = tv if vals is None else vals
+    run_chunked(ti, 0, A.shape[1], 1, lambda a, b: _fill(ti, tc, tv, vals is not None, cn,
+                                                         cursor, cols, vo, a, b))  # fmt: skip
+    return cols, vals
+
+
 def group_slices(A: CSR, groups: list) -> list:
     """``[A[R_g, :]^T for g]``: per group, an ``(N, M)`` CSR of the rows ``R_g`` of ``A (M,
     N)`` (``groups[g]``: int64 row ids, disjoint), as :func:`~dgl_rsc.sampling.draw.cut_rows`
     cuts it (column ids are ``A``'s row ids, ascending in each row; ``A``'s values in its
     dtype, or none), all from one count and one copy of ``A^T``'s entries. CPU only."""
-    t_indptr, t_rows, perm = A.transposed()
-    n, m = A.shape[1], A.shape[0]
-    k = len(groups)
-    code = torch.full((m,), -1, dtype=torch.int64)
-    for g, rows in enumerate(groups):
-        code[rows] = g
-    ti, tc, cn = t_indptr.numpy(), t_rows.numpy(), code.numpy()
+    n, m, k = A.shape[1], A.shape[0], len(groups)
     counts = np.zeros((n, k), dtype=np.int64)
-    run_chunked(ti, 0, n, 1, lambda a, b: _count(ti, tc, cn, counts, a, b))
+    counted = _count_classes(A, groups, counts)
     # group-major: group g's entries are one block, its rows in order within it
     indptr = np.empty((k, n + 1), dtype=np.int64)
     cursor = np.empty((n, k), dtype=np.int64)
     _group_offsets(counts, indptr, cursor)
     base = np.concatenate(([0], np.cumsum(indptr[:, -1])))
-    cols = np.empty(int(base[-1]), dtype=tc.dtype)
-    values = None if A.values is None else A.values.detach()
-    out_dtype = None if values is None else values.dtype
-    tv, vals = np.empty(1, dtype=np.float32), None
-    if values is not None:  # fp16/bf16 copied as float32 (exact both ways)
-        tv = (values.float() if values.dtype in _HALF else values)[perm].numpy()
-        vals = np.empty(cols.shape[0], dtype=tv.dtype)
-    vo = tv if vals is None else vals
-    run_chunked(ti, 0, n, 1, lambda a, b: _fill(ti, tc, tv, values is not None, cn, cursor,
-                                                cols, vo, a, b))  # fmt: skip
+    cols, vals = _copy_classes(A, counted, cursor, int(base[-1]))
     cols_t = torch.from_numpy(cols)
-    vals_t = None if vals is None else torch.from_numpy(vals)
+    vals_t = None if vals is None else torch.from_numpy(vals).to(A.values.dtype)
     out = []
     for g in range(k):
         lo, hi = int(base[g]), int(base[g + 1])
-        ptr = torch.from_numpy(indptr[g]).to(t_indptr.dtype)
-        v = None if vals_t is None else vals_t[lo:hi].to(out_dtype)
+        ptr = torch.from_numpy(indptr[g]).to(A.indices.dtype)
+        v = None if vals_t is None else vals_t[lo:hi]
         out.append(CSR(ptr, cols_t[lo:hi], v, (n, m), check=False))
     return out
 
@@ -151,36 +166,15 @@ class GroupedSlices:
     """
 
     def __init__(self, A: CSR, sample_rows: torch.Tensor, groups: list):
-        t_indptr, t_rows, perm = A.transposed()
-        code = torch.full((A.shape[0],), -1, dtype=torch.int64)
-        code[sample_rows] = 0
-        for g, rows in enumerate(groups):
-            code[rows] = 1 + g
-        classes = 1 + len(groups)
         n = A.shape[1]
-        ti, tc = t_indptr.numpy(), t_rows.numpy()
-        off = np.zeros((n, classes + 1), dtype=np.int64)  # counts first, then offsets
-        counts = off[:, 1:]
-        cn = code.numpy()
-        run_chunked(ti, 0, n, 1, lambda a, b: _count(ti, tc, cn, counts, a, b))
+        off = np.zeros((n, len(groups) + 2), dtype=np.int64)  # counts first, then offsets
+        counted = _count_classes(A, [sample_rows, *groups], off[:, 1:])
         np.cumsum(off, axis=1, out=off)
         starts = np.zeros(n, dtype=np.int64)
         np.cumsum(off[:-1, -1], out=starts[1:])
         off += starts[:, None]
         total = int(off[-1, -1]) if n else 0
-        values = A.values
-        self.cols = np.empty(total, dtype=tc.dtype)
-        self.vals = None
-        tv = np.empty(1, dtype=np.float32)
-        if values is not None:
-            vals = values.detach()
-            vals = vals.float() if vals.dtype in (torch.float16, torch.bfloat16) else vals
-            tv = vals[perm].numpy()
-            self.vals = np.empty(total, dtype=tv.dtype)
-        cursor = off[:, :-1].copy()
-        vo = tv if self.vals is None else self.vals
-        run_chunked(ti, 0, n, 1, lambda a, b: _fill(ti, tc, tv, values is not None, cn, cursor,
-                                                    self.cols, vo, a, b))  # fmt: skip
+        self.cols, self.vals = _copy_classes(A, counted, off[:, :-1].copy(), total)
         self.off = off  # (N, C + 1): row j's class c is off[j, c]:off[j, c + 1]
         self.starts = np.append(off[:, 0], total)  # row starts, to split the work
         self.shape = (n, A.shape[0])

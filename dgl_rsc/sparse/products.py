@@ -229,7 +229,7 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         col = col_weight.to(cdt) if col is None else col.to(cdt) * col_weight.to(cdt)
     X = (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
     mats = [A for A in mats if A.nnz > 0]
-    if mats and dgl_kernels.usable(X) and X.dim() == 2 and X.shape[1] > 0:
+    if mats and dgl_kernels.usable(X) and all(_nonempty(A, X) for A in mats):
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
         for A in mats:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
