@@ -17,13 +17,19 @@ def test_step_costs_times_every_piece_of_the_step(tmp_path):
     exact, rsc = data["methods"]["exact"]["pieces"], data["methods"]["rsc"]["pieces"]
     assert exact["exact product"]["calls"] == exact["backward (all)"]["calls"] > 0
     assert "refresh" not in exact and "step product (sample + group)" not in exact
-    for name in ("refresh", "  draw (score, select, cut)", "  split into groups",
-                 "step product (sample + group)", "grouping at a refresh"):  # fmt: skip
+    kept = "  partition (drawn once per matrix, then kept)"
+    for name in ("refresh", "  draw (score, select, cut)", kept, "step product (sample + group)",
+                 "    partition cut (once per matrix)"):  # fmt: skip
         assert rsc[name]["calls"] > 0, name
     # the default step on the CPU: its product, once per step, inside the step
     step = rsc["step product (sample + group)"]
     assert rsc["  of which the product"]["calls"] == step["calls"]
     assert rsc["  of which the product"]["median_ms"] <= step["median_ms"]
-    assert rsc["grouping at a refresh"]["calls"] == rsc["refresh"]["calls"]
+    # one partition per layer, cut once; asked for at every refresh that drops rows
+    looked_up = rsc[kept]["calls"]
+    assert 0 < rsc["    partition cut (once per matrix)"]["calls"] < looked_up
+    assert looked_up <= rsc["refresh"]["calls"]
+    assert rsc["  of which the group's slice"]["calls"] == step["calls"]
+    assert set(data["methods"]["rsc"]["epoch_ms_mean"]) == {"approx", "exact"}
     assert set(data["methods"]["rsc"]["epoch_ms"]) == {"approx", "exact"}  # switched at 0.8
     assert "step product (sample + group)" in printed and data["machine"]["date"]

@@ -4,10 +4,11 @@ call, next to the exact product of the same run.
 ``torch.profiler`` sees torch operators only; RSC's CPU step runs Numba kernels and Python
 between them. This tool trains the config's model (first seed; ``--set`` as in ``dgl-rsc
 run``) with the exact backward and with RSC, wraps the step's pieces (the exact product, the
-refresh and its draw, the remainder groups' split and grouping, the step's product, the error
+refresh and its draw, the remainder partition and its cut, the step's product, the error
 probe, the non-finite check) with wall-clock timers, and prints per piece its calls, the
 median milliseconds per call and the milliseconds per epoch (its first call, which may
-compile kernels, left out), with the median epoch time per phase (epochs after the first).
+compile kernels, left out), with the median and the mean epoch time per phase (epochs after
+the first; the mean carries the refreshes and tunes, which the median leaves out).
 The numbers are the process's own: run it on a quiet machine and compare pieces within one
 run.
 
@@ -50,14 +51,12 @@ def _targets():
         (slot, "csr_t_mm", "exact product"),
         (slot, "sample_product", "sample product (no groups)"),
         (slot, "step_product", "step product (sample + group)"),
-        (remainder, "csr_mm_sum", "  of which the product"),  # with DGL, and on CUDA
-        (cpu_grouped.GroupedSlices, "product", "  of which the product"),  # CPU without DGL
-        (Groups, "slice", "  of which the group's slice (cut on first use)"),
+        (remainder, "csr_mm_sum", "  of which the product"),
+        (Groups, "slice", "  of which the group's slice"),
+        (cpu_grouped, "group_slices", "    partition cut (once per matrix)"),
         (layer_state.LayerState, "refresh", "refresh"),
         (layer_state, "draw_sample", "  draw (score, select, cut)"),
-        (layer_state, "cut_groups", "  split into groups"),
-        (cpu_grouped, "group_slices", "grouping at a refresh"),  # CPU with DGL
-        (cpu_grouped.GroupedSlices, "__init__", "grouping at a refresh"),  # CPU without DGL
+        (layer_state.LayerState, "partition", "  partition (drawn once per matrix, then kept)"),
         (layer_state.LayerState, "probe_error", "error probe"),
         (slot, "nonfinite_rows", "non-finite check"),
     ]
@@ -106,8 +105,9 @@ def measure(cfg, prep, method: str) -> dict:
             "ms_per_epoch": 1e3 * sum(t[1:]) / epochs,
             "first_ms": 1e3 * t[0],
         }
-    return {"epoch_ms": {p: statistics.median(v) for p, v in phases.items()}, "pieces": pieces,
-            "test": rec["best"]["test"]}  # fmt: skip
+    return {"epoch_ms": {p: statistics.median(v) for p, v in phases.items()},
+            "epoch_ms_mean": {p: statistics.mean(v) for p, v in phases.items()},
+            "pieces": pieces, "test": rec["best"]["test"]}  # fmt: skip
 
 
 def main():
@@ -126,7 +126,8 @@ def main():
     for method in ("exact", "rsc"):
         row = measure(cfg, prep, method)
         out["methods"][method] = row
-        phases = "  ".join(f"{k} {v:.1f} ms" for k, v in row["epoch_ms"].items())
+        phases = "  ".join(f"{k} {v:.1f} (mean {row['epoch_ms_mean'][k]:.1f}) ms"
+                           for k, v in row["epoch_ms"].items())  # fmt: skip
         print(f"{method}: median epoch {phases}", flush=True)
         for name, r in row["pieces"].items():
             print(f"   {name:44s} {r['calls']:5d} calls  median {r['median_ms']:8.2f} ms  "

@@ -82,11 +82,12 @@ class RSCConfig:
             ``"exact"`` always applies it exactly and samples the off-diagonal rows with the
             rest of the budget (its ``N`` entries count as work; measured to lose at equal
             work on graphs of average degree 20-100).
-        remainder_groups: ``K >= 1`` (default 10): at each refresh the rows the sample drops
-            (those with a non-zero score) are split at random into ``K`` groups, and each step
-            adds one group's product times ``K``, in turn (:mod:`dgl_rsc.sampling.remainder`):
-            the step's product is then an unbiased estimate of the exact one, for about
-            ``1/K`` of the dropped rows' non-zeros more per step, and a cached sample no
+        remainder_groups: ``K >= 1`` (default 10): the rows of each matrix are split once at
+            random into ``K`` groups, and each step adds one group's product, without the
+            sample's rows, times ``K``, in turn from a random group
+            (:mod:`dgl_rsc.sampling.remainder`): the step's product is then an unbiased
+            estimate of the exact one, for about ``1/K`` of the non-zeros more per step
+            (nothing more to cut at a refresh), and a cached sample no
             longer leaves out the same rows step after step (which is what slowed the
             approximate phase's convergence: ``docs/benchmarks.md``). The sample itself is not
             rescaled then (``rescale`` applies only with ``0``). ``0``: the dropped rows are

@@ -15,7 +15,7 @@ import torch
 
 from ..sampling import Sample, draw_sample, row_norms, selection_key
 from ..sampling.error import ErrorCurve, error_curve
-from ..sampling.remainder import Groups, cut_groups
+from ..sampling.remainder import Groups, Partition, drops_any
 from ..sparse.csr import CSR
 from ..sparse.products import Scales
 from .stats import LayerStats, Timer
@@ -80,6 +80,7 @@ class LayerState:
         self.curve: Optional[ErrorCurve] = None  # the last estimated error curve
         self._norms: Optional[tuple] = None  # (key, (M,) row norms) of the last matrix
         self.probes = 0  # error curves estimated so far
+        self._partition: Optional[Partition] = None  # the remainder groups of the last matrix
 
     # -- the matrix at hand --------------------------------------------------------------------
     def switch_to(self, A: CSR) -> None:
@@ -109,16 +110,19 @@ class LayerState:
         return self._sample
 
     def clear_cache(self) -> None:
-        """Drop the cached samples (the next approximate backward draws a new one)."""
+        """Drop the cached samples (the next approximate backward draws a new one) and the
+        remainder partition's slices (drawn again at the next refresh)."""
         self._sample = None
+        self._partition = None
         self._others = OrderedDict(
             (t, (e, r, f, g, None)) for t, (e, r, f, g, _) in self._others.items()
         )
 
     def cache_bytes(self) -> int:
         samples = [self._sample] + [v[4] for v in self._others.values()]
-        return sum(s.t_slice.nbytes() + (0 if s.rest is None else s.rest.nbytes())
-                   for s in samples if s is not None)  # fmt: skip
+        part = 0 if self._partition is None else self._partition.nbytes()
+        return part + sum(s.t_slice.nbytes() + (0 if s.rest is None else s.rest.nbytes())
+                          for s in samples if s is not None)  # fmt: skip
 
     def cached(self, A: CSR, step: StepInfo) -> Optional[Sample]:
         """The sample of ``A`` when it may serve this step: cut from ``A``'s structure, under
@@ -146,9 +150,13 @@ class LayerState:
         norms = self.norms(A, scales, diag is not None)
         sample = draw_sample(A, dY, budget, cfg.rule, cfg.min_k, backend, cfg.scale_mode,
                              scales, cfg.diagonal, norms)  # fmt: skip
-        if cfg.remainder_groups:  # the groups this sample will use before it is redrawn
-            sample.rest = cut_groups(A, sample, cfg.remainder_groups,
-                                     self.generator(dY.device), cfg.cache_interval)  # fmt: skip
+        if cfg.remainder_groups:  # the partition's groups, from a random one
+            sample.rest = Groups(None)
+            if drops_any(A, sample):
+                gen = self.generator(dY.device)
+                part = self.partition(A, cfg.remainder_groups, gen)
+                first = torch.randint(0, part.groups, (1,), generator=gen, device=gen.device)
+                sample.rest = Groups(part, int(first))
         self.stats.refreshed(timer.stop(), sample.k)
         self.record(A, sample.scores, cfg)
         sample.token, sample.alloc_version = A.token, step.alloc_version
@@ -173,6 +181,13 @@ class LayerState:
         self.curve = error_curve(A, dY, scales, key, row_nnz, cfg.probe_rows, gen,
                                  cfg.scale_mode)  # fmt: skip
         self.stats.timed(timer.stop())
+
+    def partition(self, A: CSR, groups: int, generator: torch.Generator) -> Partition:
+        """``A``'s partition of its rows into ``groups`` remainder groups: drawn (from
+        ``generator``) for the first refresh of a matrix, kept for the next ones."""
+        if self._partition is None or not self._partition.fits(A, groups):
+            self._partition = Partition.draw(A, groups, generator)
+        return self._partition
 
     def norms(self, A: CSR, scales: Scales, skip_diagonal: bool) -> torch.Tensor:
         """``(M,)`` :func:`~dgl_rsc.sampling.row_norms` of ``A`` under ``scales``, computed
@@ -212,6 +227,13 @@ class LayerState:
             s = self._sample
             if s is not None and s.token is None and s.t_slice.shape == (A.shape[1], A.shape[0]):
                 s.token = A.token
+            p = self._partition
+            if p is not None and p.token is None and p.labels.numel() == A.shape[0]:
+                p.token = A.token
+                p.labels = p.labels.to(A.device)
+            if s is not None and s.rest and s.rest.partition.token is None:
+                s.rest.partition.token = A.token  # an earlier version's groups
+                s.rest.partition.labels = s.rest.partition.labels.to(A.device)
             return
         self.switch_to(A)
 
@@ -242,6 +264,7 @@ class LayerState:
             "sample": None,
             "generator": None if self._gen is None else self._gen.get_state(),
             "probes": self.probes,
+            "partition": None if self._partition is None else self._partition.export(),
         }
         if s is not None:
             t = s.t_slice
@@ -272,6 +295,8 @@ class LayerState:
         self._sample = None
         self._gen, self._gen_state = None, d.get("generator")
         self.probes = int(d.get("probes", 0))
+        part = d.get("partition")
+        self._partition = None if part is None else Partition.restore(part)
         sd = d.get("sample")
         if sd is not None:
             t = CSR(sd["indptr"], sd["indices"], sd["values"], tuple(sd["shape"]), check=False)
@@ -279,7 +304,7 @@ class LayerState:
                                   sd.get("factor"), uses=int(sd.get("uses", 0)))  # fmt: skip
             rest = sd.get("rest")
             if rest is not None:
-                self._sample.rest = Groups.restore(rest)
+                self._sample.rest = Groups.restore(rest, self._partition, int(sd["shape"][1]))
 
     def __repr__(self) -> str:
         rows = None if self.ema is None else self.ema.shape[0]

@@ -57,7 +57,7 @@ class LayerSlot:
         sample.uses += 1
         # NaN where the exact product would be non-finite (None: nothing to add)
         nonfinite = nonfinite_rows(A, dY, scales) if cfg.check_finite else None
-        if sample.rest is None:
+        if not sample.rest:  # no groups, or none needed
             out, nnz = sample_product(A, sample, dY, scales), sample.nnz
         else:  # plus one group of the dropped rows, unbiased; the step adds ``nonfinite``
             out, extra = step_product(A, sample, dY, scales, sample.uses - 1,

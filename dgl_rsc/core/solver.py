@@ -29,6 +29,8 @@ from typing import Sequence
 
 import torch
 
+from ..sampling.order import stable_order
+
 __all__ = ["LayerProblem", "Allocation", "allocate", "objective"]
 
 
@@ -62,7 +64,7 @@ class Allocation:
 
 
 def _prefix_tables(p: LayerProblem):
-    order = torch.sort(p.key.float(), descending=True, stable=True).indices
+    order = stable_order(p.key.float(), descending=True)
     n_useful = int((p.key > 0).sum())
     order = order[:n_useful]
     mass = p.mass.double()[order]
@@ -112,7 +114,7 @@ def allocate(problems: Sequence[LayerProblem], budget: float) -> Allocation:
         ratio = torch.cat(seq_ratio)
         cost = torch.cat(seq_cost)
         layer = torch.cat(seq_layer)
-        order = torch.sort(ratio, stable=True).indices
+        order = stable_order(ratio)
         saved = torch.cumsum(cost[order], 0)
         need = total_cost - budget
         n_remove = int(

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from ..core.controller import RSCController
 from ..core.solver import LayerProblem
 from ..sampling import get_rule, selection_key
+from ..sampling.order import stable_order
 from .runtime import DistContext, DistributedError
 
 __all__ = ["DistributedRSCController", "gather_rows"]
@@ -99,7 +100,7 @@ class DistributedRSCController(RSCController):
         """The non-zeros of this rank's rows among each layer's globally kept prefix."""
         mine = {}
         for s, p, owner, k in zip(ready, problems, owners, alloc.k):
-            order = torch.sort(p.key, descending=True, stable=True).indices[:k]
+            order = stable_order(p.key, descending=True)[:k]
             kept = order[owner[order] == self.ctx.rank]
             mine[s.index] = (int(p.nnz[kept].sum()), s.generation)
         return mine

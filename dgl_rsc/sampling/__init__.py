@@ -3,6 +3,7 @@
 - :mod:`.rules`: the registry of selection rules (key and solver mass), the kept-row count.
 - :mod:`.draw`: scoring, selection and slicing of one sample; the sampled product.
 - :mod:`.scale`: the least-squares scale of the sampled product.
+- :mod:`.order`: stable sort orders of score vectors (fast on the CPU).
 
 The backends that run the steps on a device are in :mod:`dgl_rsc.backends`; the per-layer
 state (cache, running scores) in :mod:`dgl_rsc.core.layer_state`.

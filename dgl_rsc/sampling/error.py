@@ -23,6 +23,7 @@ import torch
 
 from ..sparse.csr import CSR
 from ..sparse.products import Scales, coo_mm
+from .order import stable_order
 
 __all__ = ["GRID", "ErrorCurve", "error_curve", "fraction_for_error"]
 
@@ -126,7 +127,7 @@ def error_curve(
         w = w * c.detach().float()[cols[seg]]
     # the rank of each row in the selection order, and the non-zeros of each prefix
     k = key.float()
-    order = torch.sort(k, descending=True, stable=True).indices
+    order = stable_order(k, descending=True)
     useful = int((k > 0).sum())
     rank = torch.full((k.numel(),), k.numel(), dtype=torch.long, device=k.device)
     rank[order[:useful]] = torch.arange(useful, device=k.device)

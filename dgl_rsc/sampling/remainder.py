@@ -1,22 +1,22 @@
-"""An unbiased estimate of the rows a sample drops: random groups, one per step, in turn.
+"""An unbiased estimate of the rows a sample drops: a fixed random partition, one group a step.
 
-A cached sample keeps the rows ``S`` with the largest scores and drops the rest ``R``; the
-sampled product ``Â[S]^T dY[S]`` leaves out ``Â[R]^T dY[R]`` at every step that reuses it,
-the same rows each time. With ``remainder_groups = K`` the refresh also splits the dropped
-rows that can contribute (non-zero score) uniformly at random into ``K`` groups ``R_1..R_K``;
-step ``u`` of the sample's life adds
+A cached sample keeps the rows ``S`` with the largest scores and drops the rest; the sampled
+product ``Â[S]^T dY[S]`` leaves out the dropped rows' product at every step that reuses it,
+the same rows each time. With ``remainder_groups = K`` the rows of ``Â`` are split once per
+matrix, uniformly at random, into ``K`` groups ``P_1..P_K`` of equal size (a
+:class:`Partition`), and step ``u`` of a sample's life adds group ``g = (o + u) mod K`` (``o``
+drawn at the sample's refresh) without the sample's rows, times ``K``:
 
-    K * Â[R_g]^T dY[R_g],        g = u mod K,
+    Â[S]^T dY[S] + K * Â[P_g \\ S]^T dY[P_g \\ S].
 
-whose expectation over the random split is ``Â[R]^T dY[R]``: the step's product is then an
-unbiased estimate of the exact one (top rows exactly, the rest by a uniform group), and over
-``K`` consecutive steps every dropped row enters once. Each step visits about ``nnz(R) / K``
-more non-zeros than the sample alone.
-
-A refresh draws the groups as row ids (one sort of the row labels). The groups' slices
-``A[R_g, :]^T`` are cut when the first is needed on the CPU (all in one pass), elsewhere each
-on its first use; a step's group product accumulates into the sample's
-(:func:`step_product`).
+Every row outside ``S`` is in exactly one group and ``g`` is uniform at every step, so the
+step's product is an unbiased estimate of the exact one; over ``K`` consecutive steps every
+dropped row enters once. The step multiplies two slices into one output: the sample's
+``Â[S]^T`` with ``dY`` and the group's ``Â[P_g]^T`` (cut once per matrix) with ``dY``
+weighted by ``K`` off ``S`` and 0 on ``S``, so nothing is cut at a refresh beyond the sample.
+The price: the group's product also reads its rows in ``S`` (as zeros) and its rows whose
+score is zero (their ``dY`` row is zero at the refresh), about ``nnz(S) / K`` more non-zeros
+a step.
 """
 
 from __future__ import annotations
@@ -27,103 +27,134 @@ import torch
 
 from ..base import _deps
 from ..sparse.csr import CSR
-from ..sparse.products import Scales, csr_mm, csr_mm_sum, pooled_output
-from .draw import Sample, cut_rows, sample_product, scaled_transpose
+from ..sparse.products import Scales, csr_mm, csr_mm_sum
+from .draw import Sample, cut_rows, sample_product
+from .order import stable_order
 
-__all__ = ["Groups", "cut_groups", "step_product"]
+__all__ = ["Groups", "Partition", "drops_any", "step_product"]
 
 
-class Groups:
-    """The dropped rows' groups of one sample: ``rows[g]`` (sorted int64 row ids of ``A``)
-    and ``nnz[g]`` (0-dim, their non-zeros), the slices ``A[R_g, :]^T`` once cut."""
+class Partition:
+    """A fixed random split of the ``M`` rows of one matrix ``A (M, N)`` into ``K`` groups.
 
-    __slots__ = ("rows", "nnz", "_slices", "_grouped")
+    Attributes:
+        labels: ``(M,)`` int64 group of each row (group sizes differ by at most one).
+        token: the structure token of the matrix it was drawn for (``None`` until a restored
+            partition is bound).
+    """
 
-    def __init__(self, rows: list, nnz: list):
-        self.rows, self.nnz = rows, nnz
-        self._slices = [None] * len(rows)
-        self._grouped = None
+    __slots__ = ("labels", "groups", "token", "_slices")
 
-    def __len__(self) -> int:
-        return len(self.rows)
+    def __init__(self, labels: torch.Tensor, groups: int, token=None):
+        self.labels, self.groups, self.token = labels, int(groups), token
+        self._slices: list = [None] * self.groups
+
+    @classmethod
+    def draw(cls, A: CSR, groups: int, generator: Optional[torch.Generator] = None) -> Partition:
+        """A uniform random partition of ``A``'s rows into ``groups`` groups of equal size."""
+        if groups < 1:
+            raise ValueError(f"groups must be >= 1, got {groups}.")
+        m = A.shape[0]
+        dev = A.device if generator is None else generator.device
+        # a random order from uniform keys (torch.rand draws the same numbers in every
+        # torch version, randperm's algorithm has changed), dealt out to the groups in turn
+        order = stable_order(torch.rand(m, generator=generator, device=dev)).to(A.device)
+        labels = torch.empty(m, dtype=torch.int64, device=A.device)
+        labels[order] = torch.arange(m, device=A.device) % groups
+        return cls(labels, groups, A.token)
+
+    def fits(self, A: CSR, groups: int) -> bool:
+        """Whether this partition is ``A``'s with ``groups`` groups."""
+        return self.groups == groups and self.token == A.token and self.labels.numel() == A.shape[0]
 
     def slice(self, g: int, A: CSR, backend) -> CSR:
-        """``A[R_g, :]^T`` as an ``(N, M)`` CSR, kept once cut: on the CPU every group's at
-        the first use (:func:`~dgl_rsc.sparse.cpu_grouped.group_slices`, one pass over
-        ``A^T``), elsewhere each on its own first use (``backend``)."""
+        """``A[P_g, :]^T`` as an ``(N, M)`` CSR, kept once cut: on the CPU every group's at the
+        first use (:func:`~dgl_rsc.sparse.cpu_grouped.group_slices`, one pass over ``A^T``),
+        elsewhere each on its own first use (``backend``)."""
         if self._slices[g] is None:
             if A.device.type == "cpu" and _deps.numba_available():
                 from ..sparse.cpu_grouped import group_slices
 
-                self._slices = group_slices(A, self.rows)
+                self._slices = group_slices(A, self.labels)
+                self._slices += [_empty(A)] * (self.groups - len(self._slices))
             else:
-                mask = torch.zeros(A.shape[0], dtype=torch.bool, device=A.device)
-                mask[self.rows[g].to(A.device)] = True
-                self._slices[g] = cut_rows(A, mask, backend)
+                self._slices[g] = cut_rows(A, self.labels == g, backend)
         return self._slices[g]
-
-    def grouped(self, A: CSR, sample: Sample):
-        """The sample's and the groups' entries of ``A^T`` grouped per row
-        (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`, CPU), built on first use."""
-        if self._grouped is None:
-            from ..sparse.cpu_grouped import GroupedSlices
-
-            kept = sample.mask
-            if kept is None:  # restored from a checkpoint: the slice's columns are its rows
-                kept = torch.zeros(A.shape[0], dtype=torch.bool)
-                kept[sample.t_slice.indices.long()] = True
-            self._grouped = GroupedSlices(A, kept, self.rows)
-        return self._grouped
 
     def nbytes(self) -> int:
         cut = sum(s.nbytes() for s in self._slices if s is not None)
-        cut += 0 if self._grouped is None else self._grouped.nbytes()
-        return cut + sum(r.numel() * r.element_size() for r in self.rows)
+        return cut + self.labels.numel() * self.labels.element_size()
 
-    def export(self) -> list:
-        """The groups as dicts of tensors (their rows; slices are cut again on use)."""
-        return [{"rows": r, "nnz": n} for r, n in zip(self.rows, self.nnz)]
+    def export(self) -> dict:
+        labels = self.labels.to(torch.int16 if self.groups <= 32767 else torch.int32)
+        return {"labels": labels.cpu(), "groups": self.groups}
 
     @classmethod
-    def restore(cls, saved: list) -> Groups:
-        """Inverse of :meth:`export`; also reads the slices an earlier version saved (their
-        column ids are the group's rows)."""
-        rows, nnz = [], []
-        for g in saved:
-            if "rows" in g:
-                rows.append(g["rows"].long())
-                nnz.append(torch.as_tensor(g["nnz"]).long())
-            else:
-                rows.append(torch.unique(g["indices"].long()))
-                nnz.append(torch.tensor(int(g["indptr"][-1])))
-        return cls(rows, nnz)
+    def restore(cls, saved: dict) -> Partition:
+        return cls(saved["labels"].long(), int(saved["groups"]))
 
 
-def cut_groups(
-    A: CSR,
-    sample: Sample,
-    groups: int,
-    generator: Optional[torch.Generator] = None,
-    uses: Optional[int] = None,
-) -> Groups:
-    """Split the rows of ``A (M, N)`` that ``sample`` drops and that can contribute (score not
-    zero, at least one non-zero) into ``groups`` uniform random groups; keep the first
-    ``min(groups, uses)`` of them: a sample used ``uses`` times never reaches the others, and
-    each group alone is a uniform draw of the dropped rows.
+class Groups:
+    """One sample's remainder estimate: the matrix's :class:`Partition` and the group of the
+    sample's first use (``offset``). Without a partition (``None``: the sample drops no row
+    that can contribute) it has no groups and is false."""
 
-    ``sample.mask`` and ``sample.scores`` must be set (a fresh sample)."""
-    if groups < 1:
-        raise ValueError(f"groups must be >= 1, got {groups}.")
-    count = groups if uses is None else max(1, min(groups, int(uses)))
-    row_nnz = A.row_nnz()
-    dropped = ~sample.mask & (sample.scores != 0) & (row_nnz > 0)
-    dev = A.device if generator is None else generator.device
-    label = torch.randint(0, groups, (A.shape[0],), generator=generator, device=dev).to(A.device)
-    label = torch.where(dropped, label, torch.full_like(label, groups))
-    order = torch.argsort(label, stable=True)  # rows by group, ascending ids within each
-    sizes = torch.bincount(label, minlength=groups + 1)[:count].tolist()
-    rows = list(torch.split(order[: sum(sizes)], sizes))
-    return Groups(rows, [row_nnz[r].sum().long() for r in rows])
+    __slots__ = ("partition", "offset")
+
+    def __init__(self, partition: Optional[Partition], offset: int = 0):
+        self.partition = partition
+        self.offset = 0 if partition is None else int(offset) % partition.groups
+
+    def __len__(self) -> int:
+        return 0 if self.partition is None else self.partition.groups
+
+    def group(self, use: int) -> int:
+        """The group of the sample's ``use``-th step (0-based)."""
+        return (self.offset + use) % len(self)
+
+    def slice(self, g: int, A: CSR, backend) -> CSR:
+        """Group ``g``'s slice ``A[P_g, :]^T`` (:meth:`Partition.slice`)."""
+        return self.partition.slice(g, A, backend)
+
+    def nbytes(self) -> int:
+        return 0  # the slices are the partition's, counted once with it
+
+    def export(self) -> dict:
+        """What a checkpoint keeps (the partition is saved with the layer's state)."""
+        return {"offset": self.offset, "groups": len(self)}
+
+    @classmethod
+    def restore(cls, saved, partition: Optional[Partition], num_rows: int) -> Groups:
+        """Inverse of :meth:`export`, given the layer's restored ``partition``. A checkpoint of
+        an earlier version holds each group's dropped rows (or their slices) and no partition:
+        those groups become one (each row in its old group, the others spread by row id)."""
+        if isinstance(saved, dict):
+            ok = int(saved["groups"]) and partition is not None
+            return cls(partition if ok else None, int(saved["offset"]))
+        if not any(_count(d) for d in saved):
+            return cls(None)
+        labels = torch.arange(num_rows, dtype=torch.int64) % len(saved)
+        for g, d in enumerate(saved):
+            rows = d["rows"] if "rows" in d else torch.unique(d["indices"].long())
+            labels[rows.long()] = g
+        return cls(Partition(labels, len(saved)), 0)
+
+
+def _count(saved: dict) -> int:
+    """Non-zeros of one group of an earlier version's checkpoint."""
+    return int(saved["nnz"]) if "nnz" in saved else int(saved["indptr"][-1])
+
+
+def drops_any(A: CSR, sample: Sample) -> bool:
+    """Whether ``sample`` (fresh: ``mask`` and ``scores`` set) leaves out a row of ``A`` that
+    can contribute (a non-zero score and at least one non-zero)."""
+    return bool((~sample.mask & (sample.scores != 0) & (A.row_nnz() > 0)).any())
+
+
+def _empty(A: CSR) -> CSR:
+    """An ``(N, M)`` CSR without entries, in ``A``'s index dtype and device."""
+    ptr = torch.zeros(A.shape[1] + 1, dtype=A.indices.dtype, device=A.device)
+    return CSR(ptr, A.indices[:0], None, (A.shape[1], A.shape[0]), check=False)
 
 
 def step_product(
@@ -136,59 +167,43 @@ def step_product(
     backend,
     nonfinite: Optional[torch.Tensor] = None,
 ) -> tuple:
-    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[R_g]^T diag(r) dY``
+    """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[P_g \\ S]^T diag(r) dY``
     (plus ``nonfinite (N, 1)``, :func:`~dgl_rsc.sampling.draw.nonfinite_rows`, when given):
-    the sample's product plus group ``g = use mod len(sample.rest)``'s (``K = groups``), and
-    the 0-dim number of non-zeros the group visited.
+    the sample's product plus group ``g = sample.rest.group(use)``'s (``K = groups``), and
+    the 0-dim number of non-zeros the group's slice visited.
 
-    ``K`` and the sample's factor go into ``dY``'s row scale (the rows are disjoint), and the
-    two products accumulate into one output (:func:`~dgl_rsc.sparse.products.csr_mm_sum`:
-    ``dY`` scaled once, the output scaled once; DGL's kernel on the CPU where DGL imports,
-    cuSPARSE on CUDA), the group's slice from :meth:`Groups.slice`. The CPU engine without
-    DGL reads ``A[S ∪ R_g]^T`` from the entries grouped at the first step in one Numba
-    product (:class:`~dgl_rsc.sparse.cpu_grouped.GroupedSlices`). INT8 runs the two apart
-    and adds them."""
+    Both products accumulate into one output (:func:`~dgl_rsc.sparse.products.csr_mm_sum`:
+    the group's ``dY`` weighted by ``K`` off ``S`` and 0 on ``S``, the output scaled once;
+    DGL's kernel on the CPU where DGL imports, ``torch.sparse`` elsewhere). INT8 runs the
+    two products apart and adds them."""
     rest = sample.rest
-    g = use % len(rest)
-    if scales.quant is not None:  # INT8: the two products apart, added
-        k = torch.tensor(float(groups), device=dY.device)
-        out = csr_mm(rest.slice(g, A, backend), dY,
-                     scaled_transpose(scales, k, A.shape[1], dY),
-                     pool=A.transpose_pool())  # fmt: skip
-        out.add_(sample_product(A, sample, dY, scales))
-    elif not _numba_step(A, sample, dY):  # the non-finite term goes in with the row scale
-        w = _row_weights(A, sample, rest.rows[g], groups, dY)
-        out = csr_mm_sum([sample.t_slice, rest.slice(g, A, backend)], dY, scales.transposed(),
-                         col_weight=w, row_add=nonfinite, pool=A.transpose_pool())  # fmt: skip
-        return out, rest.nnz[g]
-    else:
-        w = _row_weights(A, sample, rest.rows[g], groups, dY)
+    part = rest.slice(rest.group(use), A, backend)
+    nnz = torch.tensor(part.nnz, dtype=torch.int64)
+    rest_w = _rest_weights(A, sample, groups, dY)
+    if scales.quant is not None:  # INT8: the group's product, then the sample's added
         ts = scales.transposed()
-        col = w if ts.col is None else ts.col.to(dY.dtype) * w
-        out = pooled_output(A.transpose_pool(), (A.shape[1], dY.shape[1]), dY)[0]
-        rest.grouped(A, sample).product(g, dY, ts.row, col, out)
-    if nonfinite is not None:
-        out.add_(nonfinite.to(out.dtype))
-    return out, rest.nnz[g]
+        col = rest_w if ts.col is None else ts.col.to(rest_w.dtype) * rest_w
+        out = csr_mm(part, dY, Scales(ts.row, col, quant=ts.quant), pool=A.transpose_pool())
+        out.add_(sample_product(A, sample, dY, scales))
+        if nonfinite is not None:
+            out.add_(nonfinite.to(out.dtype))
+        return out, nnz
+    f = sample.factor
+    kept_w = None if f is None else f.to(rest_w.dtype).expand(A.shape[0])
+    out = csr_mm_sum([sample.t_slice, part], dY, scales.transposed(),
+                     col_weight=[kept_w, rest_w], row_add=nonfinite,
+                     pool=A.transpose_pool())  # fmt: skip
+    return out, nnz
 
 
-def _numba_step(A: CSR, sample: Sample, dY: torch.Tensor) -> bool:
-    """Whether the step runs as one Numba product over the grouped entries: the CPU engine
-    without DGL's kernel (which :func:`csr_mm_sum` uses where DGL imports), fp32/fp64, no
-    factor on the sample."""
-    from ..dgl import kernels as dgl_kernels
-
-    return (dY.device.type == "cpu" and A.device.type == "cpu" and not dgl_kernels.usable(dY)
-            and dY.dtype in (torch.float32, torch.float64) and sample.factor is None
-            and _deps.numba_available())  # fmt: skip
-
-
-def _row_weights(A: CSR, sample: Sample, rows: torch.Tensor, groups: int,
-                 dY: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """``(M,)`` weights of ``dY``'s rows in a step: the sample's factor (1 without one), and
-    ``K = groups`` on the group's ``rows`` (disjoint from the sample's)."""
-    w = torch.ones(A.shape[0], dtype=dY.dtype, device=dY.device)
-    if sample.factor is not None:
-        w.mul_(sample.factor.to(dY.dtype))
-    w[rows.to(dY.device)] = float(groups)
-    return w
+def _rest_weights(A: CSR, sample: Sample, groups: int, dY: torch.Tensor) -> torch.Tensor:
+    """``(M,)`` weights of ``dY``'s rows in a step's group product: 0 on the sample's rows,
+    ``K = groups`` on every other row."""
+    kept = sample.mask
+    if kept is None:  # restored from a checkpoint: the slice's columns are its rows
+        kept = torch.zeros(A.shape[0], dtype=torch.bool, device=dY.device)
+        kept[sample.t_slice.indices.long()] = True
+        sample.mask = kept
+    wdt = torch.float32 if dY.dtype in (torch.float16, torch.bfloat16) else dY.dtype
+    zero = torch.zeros((), dtype=wdt, device=dY.device)
+    return torch.where(kept.to(dY.device), zero, torch.full_like(zero, float(groups)))

@@ -203,19 +203,18 @@ def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.
 
 
 def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
-               col_weight: Optional[torch.Tensor] = None,
-               row_add: Optional[torch.Tensor] = None,
+               col_weight=None, row_add: Optional[torch.Tensor] = None,
                pool: Optional[OutputPool] = None) -> torch.Tensor:  # fmt: skip
-    """``diag(r) (A_1 + ... + A_k) diag(c * w) X + row_add``: ``A_i (M, N)`` CSRs of one
-    shape, ``X (N, D)``, ``w = col_weight (N,)``, ``row_add (M, 1)`` -> ``(M, D)`` in ``X``'s
-    dtype. No autograd, no INT8 (``scales.quant`` must be ``None``).
+    """``diag(r) (A_1 diag(c * w_1) + ... + A_k diag(c * w_k)) X + row_add``: ``A_i (M, N)``
+    CSRs of one shape, ``X (N, D)``, ``row_add (M, 1)`` -> ``(M, D)`` in ``X``'s dtype.
+    ``col_weight``: one ``(N,)`` weight ``w`` for every matrix, or a list of one per matrix
+    (``None`` entries: no weight). No autograd, no INT8 (``scales.quant`` must be ``None``).
 
-    ``X`` is scaled once, each product adds into one output and the row scale and
-    ``row_add`` are applied in one pass: two passes over ``(., D)`` tensors besides the
-    products, as one :func:`csr_mm`, where adding ``k`` products' outputs takes ``2k + 1``.
-    On the CPU where DGL imports, DGL's kernel adds into a buffer of ``pool`` (valid while
-    the caller holds it, as :func:`csr_mm`'s); elsewhere ``torch.sparse`` (cuSPARSE on CUDA,
-    ``addmm_``). fp16/bf16 run in fp32 on the CPU.
+    ``X`` is scaled once per distinct weight, each product adds into one output and the row
+    scale and ``row_add`` are applied in one pass. On the CPU where DGL imports, DGL's kernel
+    adds into a buffer of ``pool`` (valid while the caller holds it, as :func:`csr_mm`'s);
+    elsewhere ``torch.sparse`` (cuSPARSE on CUDA, ``addmm_``). fp16/bf16 run in fp32 on the
+    CPU.
     """
     if scales.quant is not None:
         raise ValueError("csr_mm_sum takes no INT8 operands; use csr_mm per matrix.")
@@ -223,26 +222,42 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
     if X.device.type == "cpu" and out_dtype in _CPU_UPCAST:
         X = X.float()
     shape = mats[0].shape
-    col = scales.col
-    if col_weight is not None:  # their product in fp32 at least, then in X's dtype
-        cdt = torch.float32 if X.dtype in _CPU_UPCAST else X.dtype
-        col = col_weight.to(cdt) if col is None else col.to(cdt) * col_weight.to(cdt)
-    X = (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
-    mats = [A for A in mats if A.nnz > 0]
-    if mats and dgl_kernels.usable(X) and all(_nonempty(A, X) for A in mats):
+    many = isinstance(col_weight, (list, tuple))
+    weights = list(col_weight) if many else [col_weight] * len(mats)
+    if len(weights) != len(mats):
+        raise ValueError(f"csr_mm_sum got {len(weights)} weights for {len(mats)} matrices.")
+    scaled = {}
+
+    def operand(w):  # X scaled by c * w, once per distinct weight
+        if id(w) not in scaled:
+            scaled[id(w)] = _col_scaled(X, scales.col, w)
+        return scaled[id(w)]
+
+    pairs = [(A, operand(w)) for A, w in zip(mats, weights) if A.nnz > 0]
+    if pairs and dgl_kernels.usable(X) and all(_nonempty(A, Xw) for A, Xw in pairs):
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
-        for A in mats:
+        for A, Xw in pairs:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
-            dgl_kernels.spmm_add(A._s, vals, X, out)
+            dgl_kernels.spmm_add(A._s, vals, Xw, out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
-    for A in mats:
+    for A, Xw in pairs:
         S = _torch_csr(A.indptr, A.indices, A.values_or_ones(X.dtype).detach().contiguous(),
                        shape)  # fmt: skip
-        out = torch.sparse.mm(S, X) if out is None else out.addmm_(S, X)
+        out = torch.sparse.mm(S, Xw) if out is None else out.addmm_(S, Xw)
     if out is None:
         out = X.new_zeros((shape[0], X.shape[1]))
     return _scale_rows(out, scales, row_add).to(out_dtype)
+
+
+def _col_scaled(X: torch.Tensor, col: Optional[torch.Tensor],
+                weight: Optional[torch.Tensor]) -> torch.Tensor:  # fmt: skip
+    """``diag(col * weight) X`` (contiguous; ``X`` itself when both are ``None``), the
+    factor's product in fp32 at least, then in ``X``'s dtype."""
+    if weight is not None:
+        cdt = torch.float32 if X.dtype in _CPU_UPCAST else X.dtype
+        col = weight.to(cdt) if col is None else col.to(cdt) * weight.to(cdt)
+    return (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
 
 
 def coo_mm(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows: int,

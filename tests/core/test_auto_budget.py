@@ -39,7 +39,7 @@ class _Spy(LayerSlot):
         s = self.state.sample
         if self.step.phase == "approx" and s is not None and s.uses == 1 and self.state.curve:
             exact = csr_t_mm(A, dY, scales)
-            alone = out if s.rest is None else sample_product(A, s, dY, scales)
+            alone = sample_product(A, s, dY, scales) if s.rest else out
             measured = float((alone - exact).norm() / exact.norm())
             frac = float(s.nnz) / float(self.state.row_nnz.sum())
             self.log.append((self.state.index, frac, measured, self.state.curve.at(frac)))

@@ -58,10 +58,11 @@ def test_cached_sample_is_applied_to_the_new_gradient(A, groups):
     got = run_step(rsc, [A], X, G2)
     factor = 1.0 if sample.factor is None else float(sample.factor)
     expect = factor * (sample.t_slice.to_dense() @ G2)
-    if groups:  # the second step adds the second group of the dropped rows, times K
+    if groups:  # the second step adds its group of the partition, without S, times K
         assert sample.factor is None and len(sample.rest) == 10
-        group = sample.rest.slice(1, A, resolve("torch", "cpu"))
-        expect = expect + groups * (group.to_dense() @ G2)
+        in_group = sample.rest.partition.labels == sample.rest.group(1)
+        w = (in_group & ~sample.mask).to(G2.dtype).unsqueeze(1) * groups
+        expect = expect + A.to_dense().t() @ (w * G2)
     torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-5)
 
 
@@ -183,7 +184,8 @@ def test_step_counters_fold_so_memory_stays_bounded(A, monkeypatch):
         run_step(rsc, [A], X, torch.randn(600, 8))
         st = rsc.layers[0]
         s = st._sample  # what this step's product visited: the sample and one group
-        visited += int(s.nnz) + int(s.rest.nnz[(s.uses - 1) % len(s.rest)])
+        part = s.rest.slice(s.rest.group(s.uses - 1), A, resolve("torch", "cpu"))
+        visited += int(s.nnz) + part.nnz
         assert len(st.stats._pending) < 4 and len(st.stats._timers) < 4
     stats = rsc.stats()["layers"][0]
     # 11 approximated steps in periods of 3: 4 refreshes; every step's non-zeros counted

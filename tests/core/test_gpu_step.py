@@ -80,11 +80,11 @@ def test_dropin_layer_trains_on_cuda(cuda, dtype):
 @pytest.mark.parametrize("backend", ["torch", "cupy", "numba"])
 @pytest.mark.parametrize("factor", [None, 1.5], ids=["plain", "scaled-sample"])
 def test_a_step_with_remainder_groups_on_cuda(cuda, backend, factor):
-    """The CUDA step (the group's slice cut on its first use, its product and the sample's
-    added) against dense algebra; a group's slice is cut only when its step comes."""
+    """The CUDA step (the partition's group slice cut on its first use, its product and the
+    sample's added) against dense algebra; a group's slice is cut only when its step comes."""
     from dgl_rsc.backends import resolve
     from dgl_rsc.sampling import draw_sample, row_norms
-    from dgl_rsc.sampling.remainder import cut_groups, step_product
+    from dgl_rsc.sampling.remainder import Groups, Partition, step_product
     from dgl_rsc.sparse.products import Scales
 
     A = power_law_csr(3000, 10.0, weighted=True, index_dtype=torch.int32, device=cuda, seed=4)
@@ -95,15 +95,16 @@ def test_a_step_with_remainder_groups_on_cuda(cuda, backend, factor):
     be = resolve(backend, cuda)
     s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
     s.factor = None if factor is None else torch.tensor(factor, device=cuda)
-    s.rest = cut_groups(A, s, 4, gen)
+    part = Partition.draw(A, 4, gen)
+    s.rest = Groups(part, 0)
     dense = scales.row_factor().unsqueeze(1) * A.to_dense() * scales.col
     for use in range(5):
         g = use % 4
         kept = s.mask.float().unsqueeze(1) * (1.0 if factor is None else factor)
-        kept[s.rest.rows[g]] = 4.0
+        kept[(part.labels == g) & ~s.mask] = 4.0
         got, nnz = step_product(A, s, dY, scales, use, 4, be)
         assert got.device.type == "cuda"
         torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=1e-4, atol=1e-4)
-        assert int(nnz) == int(s.rest.nnz[g]) > 0
-        cut = [t is not None for t in s.rest._slices]
+        assert int(nnz) == int(A.row_nnz()[part.labels == g].sum()) > 0
+        cut = [t is not None for t in part._slices]
         assert cut == [i <= min(use, 3) for i in range(4)]

@@ -1,4 +1,5 @@
-"""``remainder_groups``: the dropped rows' groups and the unbiased per-step product."""
+"""``remainder_groups``: the fixed partition of the rows, the unbiased per-step product, and
+checkpoints (this version's and the earlier ones')."""
 
 import pytest
 import torch
@@ -7,7 +8,9 @@ from dgl_rsc import CSR, RSCConfig, RSCController, spmm_matrix
 from dgl_rsc.backends import resolve
 from dgl_rsc.core.config import ConfigError
 from dgl_rsc.sampling import draw_sample, row_norms
-from dgl_rsc.sampling.remainder import cut_groups
+from dgl_rsc.sampling.draw import cut_rows
+from dgl_rsc.sampling.remainder import Groups, Partition, step_product
+from dgl_rsc.sparse.products import Scales
 
 from ..conftest import power_law_csr
 
@@ -23,38 +26,44 @@ def _rows(t_slice: CSR) -> set:
 
 
 @pytest.mark.parametrize("backend", ["torch", "numba-cpu"])
-def test_groups_split_exactly_the_dropped_rows_that_contribute(A, backend):
-    dY = torch.randn(500, 6)
-    dY[:20] = 0  # rows whose score is zero: nothing to estimate
+def test_the_partition_splits_every_row_once_into_equal_groups(A, backend):
     be = resolve(backend, "cpu")
-    s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
-    groups = cut_groups(A, s, 4, torch.Generator().manual_seed(0))
-    assert len(groups) == 4
-    sets = [set(r.tolist()) for r in groups.rows]
-    assert all(r.tolist() == sorted(r.tolist()) for r in groups.rows)
-    assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])  # disjoint
-    dropped = ~s.mask & (A.row_nnz() > 0)
-    dropped[:20] = False
-    assert set().union(*sets) == set(torch.nonzero(dropped).squeeze(1).tolist())
-    # each group's slice holds its rows whole: its non-zeros are those rows' non-zeros
+    part = Partition.draw(A, 4, torch.Generator().manual_seed(0))
+    assert part.labels.shape == (500,) and part.token == A.token and part.fits(A, 4)
+    assert not part.fits(A, 5)
+    sizes = torch.bincount(part.labels, minlength=4)
+    assert sizes.sum() == 500 and int(sizes.max() - sizes.min()) <= 1
+    again = Partition.draw(A, 4, torch.Generator().manual_seed(0))
+    assert torch.equal(again.labels, part.labels)  # drawn from the generator alone
     nnz = A.row_nnz()
-    for g, rows in enumerate(sets):
-        t = groups.slice(g, A, be)
-        assert _rows(t) == rows and t.shape == (A.shape[1], A.shape[0])
-        assert t.nnz == int(nnz[sorted(rows)].sum()) == int(groups.nnz[g])
-    assert len(cut_groups(A, s, 4, torch.Generator().manual_seed(0), uses=2)) == 2
+    for g in range(4):
+        t = part.slice(g, A, be)  # each group's slice holds its rows whole
+        rows = set(torch.nonzero(part.labels == g).squeeze(1).tolist())
+        assert _rows(t) == {r for r in rows if nnz[r] > 0}
+        assert t.shape == (A.shape[1], A.shape[0])
+        assert t.nnz == int(nnz[part.labels == g].sum())
+    with pytest.raises(ValueError, match="groups must be >= 1"):
+        Partition.draw(A, 0)
 
 
-@pytest.mark.parametrize("factor", [None, 1.5], ids=["merged", "two-products"])
+def _dense(A, scales, dtype):
+    dense = A.to_dense().to(dtype)
+    r = scales.row_factor()
+    if r is not None:
+        dense = r.to(dtype).unsqueeze(1) * dense
+    if scales.col is not None:
+        dense = dense * scales.col.to(dtype)
+    return dense
+
+
+@pytest.mark.parametrize("factor", [None, 1.5], ids=["plain", "scaled-sample"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("scaled", ["none", "gcn", "mean", "weights"])
-def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
-    """``step_product`` against the two products in dense algebra: the two slices' products
-    added into one output (DGL's kernel where DGL imports), or without DGL and with no factor
-    on the sample (the default) one Numba product over the grouped entries."""
-    from dgl_rsc.sampling.remainder import Groups, _numba_step, step_product
-    from dgl_rsc.sparse.products import Scales
-
+def test_a_step_is_the_sample_plus_its_group_without_the_sample_times_k(A, dtype, scaled,
+                                                                        factor):  # fmt: skip
+    """``step_product`` against dense algebra: the sample's rows (times its factor) plus the
+    step's group of the partition without the sample's rows, times K; the group cycles from
+    the sample's offset; the visited non-zeros are the group's slice's."""
     gen = torch.Generator().manual_seed(1)
     deg = A.row_nnz().to(dtype).clamp(min=1)
     scales = {"none": Scales(), "gcn": Scales(deg.rsqrt(), deg.rsqrt()),
@@ -65,33 +74,41 @@ def test_a_step_is_the_sample_plus_its_group_times_k(A, dtype, scaled, factor):
     be = resolve("numba-cpu", "cpu")
     s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
     s.factor = None if factor is None else torch.tensor(factor)
-    s.rest = cut_groups(A, s, 3, gen)
-    r = scales.row_factor()
-    dense = A.to_dense().to(dtype)
-    if r is not None:
-        dense = r.to(dtype).unsqueeze(1) * dense
-    if scales.col is not None:
-        dense = dense * scales.col.to(dtype)
+    part = Partition.draw(A, 3, gen)
+    s.rest = Groups(part, 2)
+    dense = _dense(A, scales, dtype)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
     for use in range(4):
-        g = use % 3
+        g = (2 + use) % 3
+        assert s.rest.group(use) == g
         kept = s.mask.to(dtype).unsqueeze(1) * (1.0 if factor is None else factor)
-        kept[s.rest.rows[g]] = 3.0
-        want = (kept * dense).T @ dY
+        kept[(part.labels == g) & ~s.mask] = 3.0
         got, nnz = step_product(A, s, dY, scales, use, 3, be)
-        tol = 1e-12 if dtype == torch.float64 else 1e-5
-        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
-        assert int(nnz) == int(s.rest.nnz[g]) > 0
-    numba = _numba_step(A, s, dY)  # the CPU engine without DGL, no factor: one Numba product
-    assert (s.rest._grouped is not None) == numba  # the path the step took
-    assert all((t is None) == numba for t in s.rest._slices)  # else every slice cut at once
+        torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=tol, atol=tol)
+        assert int(nnz) == int(A.row_nnz()[part.labels == g].sum()) > 0
     if factor is None:  # restored from a checkpoint: no mask, the slice says the rows
-        s.mask, s.rest = None, Groups.restore(s.rest.export())
+        s.mask, s.rest = None, Groups.restore(s.rest.export(), part, 500)
         got, _ = step_product(A, s, dY, scales, 1, 3, be)
         kept = torch.zeros(500, 1, dtype=dtype)
         kept[s.t_slice.indices.long()] = 1.0
-        kept[s.rest.rows[1]] = 3.0
-        tol = 1e-12 if dtype == torch.float64 else 1e-5
+        kept[(part.labels == 0) & (kept.squeeze(1) == 0)] = 3.0
         torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=tol, atol=tol)
+
+
+def test_a_sample_that_drops_nothing_has_no_groups(A):
+    """Budget 1.0: every row that can contribute is kept, so no group is added and the
+    controller's step equals the exact product."""
+    X = torch.randn(500, 6, dtype=torch.float64, requires_grad=True)
+    G = torch.randn(500, 6, dtype=torch.float64)
+    ctl = RSCController(budget=1.0, remainder_groups=4, warmup_steps=0, guard=False,
+                        total_steps=100)  # fmt: skip
+    got = _grads(ctl, A, X, G, 2)
+    X.grad = None
+    spmm_matrix(A, X).mul(G).sum().backward()
+    sample = ctl.layers[0].sample
+    assert not sample.rest and len(sample.rest) == 0
+    for g in got:
+        torch.testing.assert_close(g, X.grad, rtol=1e-12, atol=1e-12)
 
 
 def _grads(ctl, A, X, G, steps):
@@ -155,19 +172,33 @@ def test_remainder_groups_config_errors():
         RSCConfig(remainder_groups=4, diagonal="exact")
 
 
-def test_groups_saved_as_slices_by_the_previous_version_restore_as_rows(A):
-    """Checkpoints of the morning's engine hold each group's slice; a resume reads its rows
-    back (the slice's column ids) with the same non-zeros."""
-    from dgl_rsc.sampling.remainder import Groups
-
-    dY = torch.randn(500, 6)
+def test_groups_saved_by_earlier_versions_restore_as_a_partition(A):
+    """Checkpoints of earlier engines hold each group's dropped rows (or their slices) and
+    no partition: a resume makes those groups a partition (each row in its old group), and
+    the next steps add those rows, times K."""
+    dY = torch.randn(500, 6, dtype=torch.float64)
     be = resolve("torch", "cpu")
     s = draw_sample(A, dY, int(0.1 * A.nnz), "cost", 1, be, "none", norms=row_norms(A))
-    groups = cut_groups(A, s, 3, torch.Generator().manual_seed(4))
-    legacy = [{"indptr": t.indptr, "indices": t.indices, "values": t.values}
-              for t in (groups.slice(g, A, be) for g in range(3))]  # fmt: skip
-    back = Groups.restore(legacy)
-    assert [r.tolist() for r in back.rows] == [r.tolist() for r in groups.rows]
-    assert [int(n) for n in back.nnz] == [int(n) for n in groups.nnz]
-    again = Groups.restore(groups.export())
-    assert [r.tolist() for r in again.rows] == [r.tolist() for r in groups.rows]
+    dropped = torch.nonzero(~s.mask).squeeze(1)
+    old_rows = [dropped[g::3] for g in range(3)]
+    as_rows = [{"rows": r, "nnz": A.row_nnz()[r].sum()} for r in old_rows]
+    as_slices = []
+    for r in old_rows:
+        mask = torch.zeros(500, dtype=torch.bool)
+        mask[r] = True
+        t = cut_rows(A, mask, be)
+        as_slices.append({"indptr": t.indptr, "indices": t.indices, "values": t.values})
+    dense = _dense(A, Scales(), torch.float64)
+    for saved in (as_rows, as_slices):
+        rest = Groups.restore(saved, None, 500)
+        assert len(rest) == 3 and rest.offset == 0
+        for g, r in enumerate(old_rows):  # (a slice says only the rows with entries)
+            r = r[A.row_nnz()[r] > 0]
+            assert r.numel() and bool((rest.partition.labels[r] == g).all())
+        s.rest = rest
+        got, _ = step_product(A, s, dY, Scales(), 1, 3, be)
+        kept = s.mask.double().unsqueeze(1)
+        kept[(rest.partition.labels == 1) & ~s.mask] = 3.0
+        torch.testing.assert_close(got, (kept * dense).T @ dY)
+    empty = [{"rows": torch.zeros(0, dtype=torch.long), "nnz": torch.tensor(0)}] * 3
+    assert not Groups.restore(empty, None, 500)

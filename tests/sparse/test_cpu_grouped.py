@@ -1,7 +1,6 @@
 """``group_slices``: every group's slice ``A[R_g, :]^T`` from one pass over ``A^T``, the same
-CSR, entry for entry, as cutting each group by its row mask; ``GroupedSlices``: the entries
-grouped by row class, and the step's product read straight from them, against dense
-algebra."""
+CSR, entry for entry, as cutting each group by its row mask, with the groups given as row
+lists or as one label per row."""
 
 import pytest
 import torch
@@ -9,7 +8,7 @@ import torch
 from dgl_rsc import CSR
 from dgl_rsc.backends import resolve
 from dgl_rsc.sampling.draw import cut_rows
-from dgl_rsc.sparse.cpu_grouped import GroupedSlices, group_slices
+from dgl_rsc.sparse.cpu_grouped import group_slices
 
 from ..conftest import power_law_csr
 
@@ -40,9 +39,12 @@ def test_every_group_slice_is_the_cut_of_its_rows(threads, index, values):
     torch.set_num_threads(threads)
     try:
         slices = group_slices(A, rows)
+        by_label = group_slices(A, label - 1)  # the same groups as labels (-1: in none)
     finally:
         torch.set_num_threads(old)
-    assert len(slices) == 5
+    assert len(slices) == 5 and len(by_label) == 4
+    for g in range(4):
+        _same_csr(by_label[g], slices[g])
     for g, r in enumerate(rows):
         mask = torch.zeros(2000, dtype=torch.bool)
         mask[r] = True
@@ -57,52 +59,3 @@ def test_a_matrix_with_empty_rows_and_columns_slices_cleanly():
     X = torch.randn(5, 3, dtype=torch.float64)
     keep = torch.tensor([0.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.float64).unsqueeze(1)
     torch.testing.assert_close(first.to_dense().double() @ X, A.to_dense().double().T @ (keep * X))
-
-
-def _dense_step(A, keep, rows, g, X, row, col):
-    sel = torch.zeros(A.shape[0], dtype=torch.float64)
-    sel[keep] = 1.0
-    sel[rows[g]] = 1.0
-    dense = A.to_dense().double() * sel.unsqueeze(1)  # only the rows of S and R_g
-    out = dense.T @ (col.double().unsqueeze(1) * X.double())
-    return out if row is None else row.double().unsqueeze(1) * out
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("index", [torch.int32, torch.int64])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_the_grouped_product_is_the_sample_plus_one_group(threads, index, weighted):
-    B = power_law_csr(2000, 40.0, seed=7)
-    gen = torch.Generator().manual_seed(3)
-    vals = torch.rand(B.nnz, generator=gen) if weighted else None
-    A = CSR(B.indptr.to(index), B.indices.to(index), vals, B.shape, check=False)
-    label = torch.randint(0, 5, (2000,), generator=gen)
-    keep = label == 0
-    rows = [torch.nonzero(label == 1 + g).squeeze(1) for g in range(3)]
-    rows.append(torch.zeros(0, dtype=torch.long))  # an empty group
-    X = torch.randn(2000, 70, generator=gen)
-    row, col = torch.rand(2000, generator=gen) + 0.5, torch.rand(2000, generator=gen) + 0.5
-    old = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        grouped = GroupedSlices(A, keep, rows)
-        for g in range(4):
-            for r in (row, None):
-                out = torch.full((2000, 70), float("nan"))  # every row is written
-                grouped.product(g, X, r, col, out)
-                want = _dense_step(A, keep, rows, g, X, r, col)
-                torch.testing.assert_close(out.double(), want, rtol=1e-4, atol=1e-4)
-    finally:
-        torch.set_num_threads(old)
-    kept = int(A.row_nnz()[keep].sum()) + sum(int(A.row_nnz()[r].sum()) for r in rows)
-    assert grouped.cols.shape[0] == kept  # one copy of the kept entries, nothing else
-
-
-def test_a_matrix_with_empty_rows_and_columns_groups_cleanly():
-    A = CSR.from_coo(torch.tensor([0, 0, 3]), torch.tensor([1, 4, 1]), None, (5, 6))
-    grouped = GroupedSlices(A, torch.tensor([True, False, False, False, False]),
-                            [torch.tensor([3])])  # fmt: skip
-    X = torch.randn(5, 3, dtype=torch.float64)
-    out = grouped.product(0, X, None, torch.ones(5, dtype=torch.float64),
-                          torch.empty(6, 3, dtype=torch.float64))  # fmt: skip
-    torch.testing.assert_close(out, A.to_dense().double().T @ X)

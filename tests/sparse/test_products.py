@@ -125,6 +125,28 @@ def test_csr_mm_sum_is_the_product_of_the_sum(device, dtype, scaled):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_csr_mm_sum_weights_each_matrix_on_its_own(device, dtype):
+    """A list of weights: ``diag(r) (A_1 diag(c w_1) + A_2 diag(c) + A_3 diag(c w_3)) X`` (a
+    ``None`` weight: the column scale alone), as the remainder step weights the sample's and
+    the group's products; a weight per matrix or the call is refused."""
+    A = power_law_csr(400, 6.0, weighted=True, seed=2, device=device)
+    mats = _split(A, 3, seed=1)
+    gen = torch.Generator().manual_seed(3)
+    X = torch.randn(400, 7, generator=gen).to(device, dtype)
+    r, c, w1, w3 = (torch.rand(400, generator=gen).add(0.5).to(device) for _ in range(4))
+    w3[::3] = 0.0  # rows another part takes: read as zeros here
+    got = csr_mm_sum(mats, X, Scales(r, c), col_weight=[w1, None, w3])
+    want = sum((M.to_dense(torch.float64) * (c.double() * w.double())) @ X.double()
+               for M, w in zip(mats, (w1, torch.ones_like(c), w3)))  # fmt: skip
+    want = r.double().unsqueeze(1) * want
+    tol = RTOL[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    with pytest.raises(ValueError, match="2 weights for 3 matrices"):
+        csr_mm_sum(mats, X, Scales(r, c), col_weight=[w1, w3])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
 def test_coo_mm_sums_duplicates_in_any_order(device, dtype):
     gen = torch.Generator().manual_seed(6)
     rows = torch.randint(0, 40, (500,), generator=gen)
