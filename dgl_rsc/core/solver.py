@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from ..sampling.order import stable_order
@@ -87,9 +88,9 @@ def objective(problems: Sequence[LayerProblem], ks: Sequence[int]) -> tuple[floa
 def allocate(problems: Sequence[LayerProblem], budget: float) -> Allocation:
     """Choose ``k_l`` per layer with ``sum_l cost_l <= budget`` and small summed error.
 
-    ``budget`` is in cost units (non-zeros times width). Runs on the device of the keys;
-    one sort over all rows of all layers plus a few passes. The ``min_k`` floors may push
-    the cost over ``budget``; nothing else does.
+    ``budget`` is in cost units (non-zeros times width). Runs on the device of the keys
+    (the local search on the host); one sort over all rows of all layers plus a few passes.
+    The ``min_k`` floors may push the cost over ``budget``; nothing else does.
     """
     tables = [_prefix_tables(p) for p in problems]
     device = problems[0].key.device if problems else torch.device("cpu")
@@ -182,52 +183,48 @@ def _grid_start(tables, floors, budget, step: float = 0.02):
 def _exchange(tables, floors, ks, budget, max_rounds: int = 32, window: int = 1024):
     """Local search over prefix lengths: extend layer ``a`` by ``t`` rows and shrink layer
     ``b`` by the fewest rows that keep the budget (or none, when slack allows). All ``t``
-    and all pairs of a round are scored on the device; one host transfer per round reads
-    the best move, which is applied if it lowers the error."""
+    and all pairs of a round are scored at once from prefix sums; the best move is applied
+    if it lowers the error. Host-side control work: the tables' prefix sums are read into
+    NumPy once (one transfer from a device), where a round's few dozen small operations cost
+    microseconds each rather than a torch dispatch (or a kernel launch) each."""
     pre = []
     for _, mass, cost, total in tables:
-        z = mass.new_zeros(1)
-        pre.append(
-            (torch.cat([z, torch.cumsum(mass, 0)]), torch.cat([z, torch.cumsum(cost, 0)]), total)
-        )
+        m = mass.detach().double().cpu().numpy()
+        c = cost.detach().double().cpu().numpy()
+        pre.append((np.concatenate(([0.0], np.cumsum(m))), np.concatenate(([0.0], np.cumsum(c))),
+                    total))  # fmt: skip
     ks = list(ks)
     for _ in range(max_rounds):
-        used = sum(pc[k] for (_, pc, _), k in zip(pre, ks))  # 0-dim, on the device
+        used = sum(pc[k] for (_, pc, _), k in zip(pre, ks))
         slack = budget - used
-        moves, cand = [], []
+        best = None  # (gain, a, b, t, j): the first largest gain in move order
         for a, (pm_a, pc_a, tot_a) in enumerate(pre):
-            n_a = pm_a.numel() - 1
+            n_a = pm_a.shape[0] - 1
             if ks[a] >= n_a or tot_a <= 0:
                 continue
             hi = min(ks[a] + 1 + window, n_a + 1)  # moves near the boundary only
             ext_cost = pc_a[ks[a] + 1 : hi] - pc_a[ks[a]]  # (t,) for t = 1..
             ext_gain = (pm_a[ks[a] + 1 : hi] - pm_a[ks[a]]) / tot_a
             free = ext_cost <= slack
-            g = torch.where(free, ext_gain, torch.full_like(ext_gain, -1.0))
-            t = torch.argmax(g)
-            moves.append((a, None))
-            cand.append(torch.stack([g[t], t.to(g.dtype), g.new_zeros(())]))
+            g = np.where(free, ext_gain, -1.0)
+            t = int(np.argmax(g))
+            if best is None or g[t] > best[0]:
+                best = (g[t], a, None, t, 0)
             for b, (pm_b, pc_b, tot_b) in enumerate(pre):
                 if b == a or ks[b] <= floors[b] or tot_b <= 0:
                     continue
                 target = pc_b[ks[b]] - (ext_cost - slack)  # shrink b's prefix cost to this
-                j = torch.searchsorted(pc_b[: ks[b] + 1], target, right=True) - 1
+                j = np.searchsorted(pc_b[: ks[b] + 1], target, side="right") - 1
                 ok = (j >= floors[b]) & ~free
-                jc = j.clamp(min=0)
-                gain = ext_gain - (pm_b[ks[b]] - pm_b[jc]) / tot_b
-                gain = torch.where(ok, gain, torch.full_like(gain, -1.0))
-                t = torch.argmax(gain)
-                moves.append((a, b))
-                cand.append(torch.stack([gain[t], t.to(gain.dtype), jc[t].to(gain.dtype)]))
-        if not cand:
+                jc = np.maximum(j, 0)
+                gain = np.where(ok, ext_gain - (pm_b[ks[b]] - pm_b[jc]) / tot_b, -1.0)
+                t = int(np.argmax(gain))
+                if gain[t] > best[0]:
+                    best = (gain[t], a, b, t, int(jc[t]))
+        if best is None or best[0] <= 1e-15:
             break
-        table = torch.stack(cand).cpu().tolist()  # the round's one host transfer
-        best = max(range(len(table)), key=lambda i: table[i][0])
-        gain, t, jb = table[best]
-        if gain <= 1e-15:
-            break
-        a, b = moves[best]
-        ks[a] += int(t) + 1
+        _, a, b, t, jb = best
+        ks[a] += t + 1
         if b is not None:
-            ks[b] = int(jb)
+            ks[b] = jb
     return ks
