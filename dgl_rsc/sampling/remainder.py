@@ -75,8 +75,7 @@ class Partition:
             if A.device.type == "cpu" and _deps.numba_available():
                 from ..sparse.cpu_grouped import group_slices
 
-                self._slices = group_slices(A, self.labels)
-                self._slices += [_empty(A)] * (self.groups - len(self._slices))
+                self._slices = group_slices(A, self.labels, self.groups)
             else:
                 self._slices[g] = cut_rows(A, self.labels == g, backend)
         return self._slices[g]
@@ -149,12 +148,6 @@ def drops_any(A: CSR, sample: Sample) -> bool:
     """Whether ``sample`` (fresh: ``mask`` and ``scores`` set) leaves out a row of ``A`` that
     can contribute (a non-zero score and at least one non-zero)."""
     return bool((~sample.mask & (sample.scores != 0) & (A.row_nnz() > 0)).any())
-
-
-def _empty(A: CSR) -> CSR:
-    """An ``(N, M)`` CSR without entries, in ``A``'s index dtype and device."""
-    ptr = torch.zeros(A.shape[1] + 1, dtype=A.indices.dtype, device=A.device)
-    return CSR(ptr, A.indices[:0], None, (A.shape[1], A.shape[0]), check=False)
 
 
 def step_product(

@@ -12,8 +12,6 @@ Memory: one copy of the grouped entries, and an ``(N, C)`` int64 count table whi
 
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import torch
 from numba import njit
@@ -70,13 +68,16 @@ def _group_offsets(counts, indptr, cursor):
         base += run
 
 
-def _split(indptr: torch.Tensor, cols: torch.Tensor, values: Optional[torch.Tensor],
-           code: torch.Tensor, k: int, shape: tuple) -> list:  # fmt: skip
-    """Per class ``c < k``: the ``shape`` CSR of the entries of the CSR ``(indptr, cols,
-    values)`` whose column's ``code`` is ``c`` (``code < 0``: in none), group-major, one count
-    and one copy; fp16/bf16 values copied as float32 (exact both ways)."""
-    n = shape[0]
-    ti, tc, cn = indptr.numpy(), cols.numpy(), code.numpy()
+def group_slices(A: CSR, labels: torch.Tensor, k: int) -> list:
+    """``[A[P_c, :]^T for c < k]``: per group, an ``(N, M)`` CSR of the rows ``P_c`` of ``A
+    (M, N)`` whose ``labels (M,)`` (int64) is ``c`` (``< 0``: in no group), as
+    :func:`~dgl_rsc.sampling.draw.cut_rows` cuts it (column ids are ``A``'s row ids, ascending
+    in each row; ``A``'s values in its dtype, or none), all from one count and one copy of
+    ``A^T``'s entries, group-major. fp16/bf16 values are copied as float32 (exact both ways).
+    CPU only."""
+    n, m = A.shape[1], A.shape[0]
+    t_indptr, t_rows, perm = A.transposed()
+    ti, tc, cn = t_indptr.numpy(), t_rows.numpy(), labels.long().numpy()
     counts = np.zeros((n, k), dtype=np.int64)
     run_chunked(ti, 0, n, 1, lambda a, b: _count(ti, tc, cn, counts, a, b))
     ptrs = np.empty((k, n + 1), dtype=np.int64)
@@ -85,36 +86,19 @@ def _split(indptr: torch.Tensor, cols: torch.Tensor, values: Optional[torch.Tens
     base = np.concatenate(([0], np.cumsum(ptrs[:, -1])))
     out_cols = np.empty(int(base[-1]), dtype=tc.dtype)
     tv, out_vals = np.empty(1, dtype=np.float32), None
-    if values is not None:
-        v = values.detach()
-        tv = (v.float() if v.dtype in _HALF else v).contiguous().numpy()
+    if A.values is not None:
+        v = A.values.detach()
+        tv = (v.float() if v.dtype in _HALF else v)[perm].contiguous().numpy()
         out_vals = np.empty(int(base[-1]), dtype=tv.dtype)
     vo = tv if out_vals is None else out_vals
     run_chunked(ti, 0, n, 1, lambda a, b: _fill(ti, tc, tv, out_vals is not None, cn, cursor,
                                                 out_cols, vo, a, b))  # fmt: skip
     cols_t = torch.from_numpy(out_cols)
-    vals_t = None if out_vals is None else torch.from_numpy(out_vals).to(values.dtype)
+    vals_t = None if out_vals is None else torch.from_numpy(out_vals).to(A.values.dtype)
     out = []
     for c in range(k):
         lo, hi = int(base[c]), int(base[c + 1])
-        ptr = torch.from_numpy(ptrs[c]).to(cols.dtype)
-        out.append(CSR(ptr, cols_t[lo:hi], None if vals_t is None else vals_t[lo:hi], shape,
+        ptr = torch.from_numpy(ptrs[c]).to(A.indices.dtype)
+        out.append(CSR(ptr, cols_t[lo:hi], None if vals_t is None else vals_t[lo:hi], (n, m),
                        check=False))  # fmt: skip
     return out
-
-
-def group_slices(A: CSR, groups) -> list:
-    """``[A[R_c, :]^T for c]``: per class, an ``(N, M)`` CSR of the rows ``R_c`` of ``A (M,
-    N)``, as :func:`~dgl_rsc.sampling.draw.cut_rows` cuts it (column ids are ``A``'s row ids,
-    ascending in each row; ``A``'s values in its dtype, or none), all from one count and one
-    copy of ``A^T``'s entries. ``groups``: a list of disjoint int64 row-id tensors, or an
-    ``(M,)`` int64 label per row (``-1``: in none; classes ``0..max``). CPU only."""
-    if isinstance(groups, torch.Tensor):
-        code, k = groups.long(), int(groups.max()) + 1 if groups.numel() else 0
-    else:
-        code, k = torch.full((A.shape[0],), -1, dtype=torch.int64), len(groups)
-        for c, rows in enumerate(groups):
-            code[rows] = c
-    t_indptr, t_rows, perm = A.transposed()
-    values = None if A.values is None else A.values.detach()[perm]
-    return _split(t_indptr, t_rows, values, code, k, (A.shape[1], A.shape[0]))
