@@ -76,6 +76,7 @@ def test_tta_sweep_records_the_first_crossing_of_each_variant(tmp_path):
                     "--variant", "c1:cache_interval=1", "--out", str(out))  # fmt: skip
     sweep = json.loads(out.read_text())
     assert sweep["device"] == "cpu" and sweep["torch"]
+    assert sweep["warmup_epochs"] == 12  # untimed runs first, none of them recorded
     assert sorted(sweep["runs"]) == sorted(f"{v}-seed{s}" for v in ("exact", "b05", "c1")
                                            for s in (0, 1))  # fmt: skip
     for seed in (0, 1):

@@ -60,7 +60,10 @@ class RSCConfig:
             backward early. Every action is listed in ``stats()["guard"]``.
         cache_interval: uses of a matrix between re-samplings of its kept rows (>= 1); the
             sliced sparse structure is reused in between (full-graph training: steps).
-        tune_interval: steps between re-allocations of the budget across layers (>= 1).
+        tune_interval: steps between re-allocations of the budget across layers (>= 1). A
+            tune probes every product's error the step before (with the guard or ``budget:
+            auto``) and re-solves, which costs about a step's saving; the default, twice the
+            cache interval, tunes at every other refresh.
         switch_at: fraction of ``total_steps`` after which the backward is exact (1.0 = never).
         total_steps: the number of optimizer steps of the run; ``None`` disables switching.
         warmup_steps: exact steps at the start that only record scores (>= 0).
@@ -110,7 +113,7 @@ class RSCConfig:
     target_error: float = 0.3
     guard: bool = True
     cache_interval: int = 10
-    tune_interval: int = 10
+    tune_interval: int = 20
     switch_at: float = 0.8
     total_steps: Optional[int] = None
     warmup_steps: int = 2

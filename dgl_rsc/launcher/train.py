@@ -26,6 +26,7 @@ loaded tensors, is stored with both) and fitting the model. ``on_epoch_end(run, 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -269,6 +270,21 @@ def _evaluate(run: RunState, prep: Prepared) -> dict:
     return prep.reducer.metrics(prep.data.metric, logits, prep.label, prep.masks)
 
 
+def warm_up(cfg: RunConfig, prep: Prepared, todo: list) -> None:
+    """Train each method of ``todo`` (``(seed, method)`` pairs still to run) for
+    ``train.warmup_epochs`` untimed epochs, writing nothing, when there are two methods or
+    more: the first run of a process pays one-off costs (DGL's first call, about 0.7 s on the
+    2-core machine; Numba's start, about 0.3 s) that the others do not, which would tilt their
+    comparison. Every rank of a distributed run warms up alike."""
+    names = list(dict.fromkeys(m for _, m in todo))
+    n = min(cfg.train.warmup_epochs, cfg.train.epochs)
+    if n <= 0 or len(names) < 2:
+        return
+    short = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=n))
+    for method in names:
+        train_one(short, prep, method, todo[0][0], progress=False)
+
+
 def run_experiment(
     cfg: RunConfig,
     prep: Prepared,
@@ -304,6 +320,7 @@ def run_experiment(
         if not finished and os.path.exists(ckpt):  # loaded again on its turn
             state = read_checkpoint(ckpt, prep, name, map_location="cpu")
         verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway, finished)
+    warm_up(cfg, prep, [p for p in plan if p not in done])
     records = []
     for seed, method in plan:
         if (seed, method) not in done:

@@ -34,7 +34,14 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["spmm_rows", "run_chunked", "run_ranges", "NUMBA_DTYPES", "PARALLEL_MIN_WORK"]
+__all__ = [
+    "spmm_rows",
+    "coo_rows",
+    "run_chunked",
+    "run_ranges",
+    "NUMBA_DTYPES",
+    "PARALLEL_MIN_WORK",
+]
 
 #: products with fewer ``nnz * D`` multiply-adds than this run in the calling thread
 PARALLEL_MIN_WORK = 1 << 18
@@ -156,6 +163,35 @@ def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs,
                     o[k] = o[k] + x[k] * wx
                 p += 1
         _finish_row(o, rs, i, row_mode)
+
+
+@njit(**_OPTS)
+def _coo_add(rows, cols, w, X, out):
+    """``out[rows[e]] += X[cols[e]] * w[e]`` for every entry ``e`` in order (each term rounded
+    in ``X``'s dtype before the add, as ``index_add_`` of the scaled gathered rows adds)."""
+    d = X.shape[1]
+    for e in range(rows.shape[0]):
+        o = out[rows[e]]
+        x = X[cols[e]]
+        we = w[e]
+        for k in range(d):
+            o[k] = o[k] + x[k] * we
+
+
+def coo_rows(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
+             X: torch.Tensor, out: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``out[rows[e]] += values[e] * X[cols[e]]`` for every entry, in entry order, in the
+    calling thread (for the few thousand entries of a probe: no gathered copy of ``X``).
+
+    Args:
+        rows, cols: ``(E,)`` int64 CPU; values: ``(E,)`` in ``X``'s dtype.
+        X: ``(N, D)`` contiguous float32/float64 CPU; out: ``(R, D)`` contiguous, same dtype.
+
+    Returns:
+        ``out``, the same bits as ``out.index_add_(0, rows, X[cols] * values[:, None])``.
+    """
+    _coo_add(_np(rows), _np(cols), _np(values), _np(X), _np(out))
+    return out
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

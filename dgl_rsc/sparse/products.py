@@ -266,13 +266,19 @@ def coo_mm(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows:
     ``(rows[e], cols[e], values[e])`` (``(E,)`` each, any order, duplicates summed) with
     ``X (N, D)``, in ``X``'s dtype; for a few entries, read once.
 
-    On the CPU a gather of ``X``'s rows and an ``index_add_`` (no sort, no CSR built; the sum
-    follows the entries' order); elsewhere the CSR product (:func:`csr_mm`), as ``index_add_``
-    would add with atomics on CUDA."""
+    On the CPU the entries are added in their order (no sort, no CSR built): by a Numba loop
+    where Numba imports (no gathered copy of ``X``), else by a gather and ``index_add_``, with
+    the same bits; elsewhere the CSR product (:func:`csr_mm`), as ``index_add_`` would add
+    with atomics on CUDA."""
     if X.device.type != "cpu":
         pick = CSR.from_coo(rows, cols, values.to(X.dtype), (n_rows, X.shape[0]))
         return csr_mm(pick, X)
     out = X.new_zeros((n_rows, X.shape[1]))
+    if _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
+        from .cpu_spmm import coo_rows
+
+        return coo_rows(rows.long().contiguous(), cols.long().contiguous(),
+                        values.to(X.dtype).contiguous(), X.contiguous(), out)  # fmt: skip
     return out.index_add_(0, rows.long(), X[cols.long()] * values.to(X.dtype).unsqueeze(1))
 
 

@@ -368,3 +368,42 @@ def test_rsc_alone_reports_without_a_baseline(tmp_path, capsys):
     line = next(ln for ln in res["table"].splitlines() if ln.startswith("rsc"))
     assert line.split()[-3:-1] == ["-", "-"]  # speedup, approx
     capsys.readouterr()
+
+
+def test_warm_up_trains_each_method_untimed_first_and_changes_no_result(tmp_path, monkeypatch):
+    """``train.warmup_epochs``: before the first timed run, each method trains that many
+    epochs with nothing written (so no timed run pays the process's one-off costs for the
+    others); the timed runs then give the same losses and accuracies as without it."""
+    from dgl_rsc.launcher import train as train_mod
+
+    calls = []
+    real = train_mod.train_one
+
+    def spy(cfg, prep, method, seed, ckpt_path=None, *args, **kwargs):
+        calls.append((method, seed, cfg.train.epochs, ckpt_path is None))
+        return real(cfg, prep, method, seed, ckpt_path, *args, **kwargs)
+
+    monkeypatch.setattr(train_mod, "train_one", spy)
+    results = {}
+    for warm in (3, 0):
+        path = write_config(tmp_path, name=f"w{warm}.yaml",
+                            train={"seeds": [1, 0], "warmup_epochs": warm})  # fmt: skip
+        out = tmp_path / f"out{warm}"
+        calls.clear()
+        assert cli.main(["run", path, "--out", str(out), "--no-progress"]) == 0
+        timed = [(m, s, 6, False) for s in (1, 0) for m in ("exact", "rsc")]
+        warm_calls = [(m, 1, 3, True) for m in ("exact", "rsc")] if warm else []
+        assert calls == warm_calls + timed
+        assert sorted(os.listdir(out / "runs")) == sorted(
+            f"{m}-seed{s}.json" for m in ("exact", "rsc") for s in (0, 1)
+        )  # fmt: skip
+        res = json.loads((out / "results.json").read_text())
+        results[warm] = {(r["method"], r["seed"]): [(h["loss"], h["val"]) for h in r["history"]]
+                         for r in res["runs"]}  # fmt: skip
+        assert len(results[warm]) == 4
+    assert results[3] == results[0]
+    # one method only (compare off): nothing to tilt, no warm-up
+    path = write_config(tmp_path, name="one.yaml", compare=False, train={"warmup_epochs": 3})
+    calls.clear()
+    assert cli.main(["run", path, "--out", str(tmp_path / "one"), "--no-progress"]) == 0
+    assert calls == [("rsc", 0, 6, False)]

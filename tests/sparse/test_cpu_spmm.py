@@ -138,3 +138,23 @@ def test_bit_identical_to_dgl_message_passing(weighted, dt):
         expect = g.dstdata["o"]
     got = csr_mm(csr_from_graph(g, w), x)
     assert torch.equal(got, expect)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_coo_rows_adds_the_same_bits_as_index_add(dtype):
+    """The probe's COO product: entries in any order with repeated rows and columns, added in
+    entry order; equal bit for bit to the gather-and-``index_add_`` it replaced (and to what
+    ``coo_mm`` returns on the CPU)."""
+    from dgl_rsc.sparse.cpu_spmm import coo_rows
+    from dgl_rsc.sparse.products import coo_mm
+
+    g = torch.Generator().manual_seed(11)
+    rows = torch.randint(0, 70, (5000,), generator=g)
+    cols = torch.randint(0, 400, (5000,), generator=g)
+    vals = torch.randn(5000, generator=g).to(dtype)
+    X = torch.randn(400, 13, generator=g).to(dtype)
+    want = X.new_zeros(80, 13).index_add_(0, rows, X[cols] * vals.unsqueeze(1))
+    got = coo_rows(rows, cols, vals, X, X.new_zeros(80, 13))
+    assert torch.equal(got, want)
+    assert torch.equal(coo_mm(rows, cols, vals, 80, X), want)
+    assert not got[70:].any()
