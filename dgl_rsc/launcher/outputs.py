@@ -27,12 +27,19 @@ _SUBDIRS = ("runs", "checkpoints")
 #: the partition cache of distributed runs: reused across runs, kept by --force (each file is
 #: checked on reuse, see dgl_rsc.distributed.partition.load_or_partition)
 PARTITION_CACHE = "partitions"
-#: keys that change only the report (written again at the end), never training: a resume may
-#: change them, e.g. to read the time to accuracy of finished runs against another target
-REPORT_ONLY = "report."
+#: keys that change no run's numbers: the report's (written again at the end) and the untimed
+#: warm-up before the timed runs. A resume may change them, e.g. to read the time to accuracy
+#: of finished runs against another target, and a run started before a key existed resumes
+NO_RESULT_KEYS = ("report.", "train.warmup_epochs")
+
 #: the prefix of the file check_location writes and removes at once; another process checking
 #: the same directory (a distributed run's other rank, a second run) may see one for a moment
 PROBE_PREFIX = ".dgl-rsc-probe-"
+
+
+def changes_results(key: str) -> bool:
+    """Whether a flattened config key (``"train.lr"``) can change a run's numbers."""
+    return not key.startswith(NO_RESULT_KEYS)
 
 
 def _fail(msg: str):
@@ -92,7 +99,7 @@ def output_dir(args, cfg) -> str:
             ) from None
         before, now = _flatten(before), _flatten(cfg.to_dict())
         diff = [k for k in sorted(set(before) | set(now))
-                if before.get(k) != now.get(k) and not k.startswith(REPORT_ONLY)]  # fmt: skip
+                if before.get(k) != now.get(k) and changes_results(k)]  # fmt: skip
         if diff and getattr(args, "resume_anyway", False):
             log.warning("--resume-anyway: the config differs from the one %s started with at %s",
                         out, ", ".join(map(str, diff)))  # fmt: skip

@@ -28,6 +28,7 @@ import torch
 
 from ..core.config import ConfigError
 from .checkpoint import atomic_write_text, claim
+from .outputs import changes_results
 
 __all__ = [
     "RUN_FILE",
@@ -184,7 +185,11 @@ def _check_config(cfg, name, path, saved, resume_anyway, fresh) -> None:
     if not isinstance(before, dict):
         return
     now = json.loads(json.dumps(flatten(cfg.to_dict()), sort_keys=True, default=str))
-    diff = [k for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+    diff = [
+        k
+        for k in sorted(set(before) | set(now))
+        if before.get(k) != now.get(k) and changes_results(k)
+    ]
     if diff:
         shown = "; ".join(f"{k}: {before.get(k)!r} then, {now.get(k)!r} now" for k in diff[:6])
         _overridable(resume_anyway, f"checkpoint {path} was written under another config "
