@@ -60,8 +60,8 @@ class LayerSlot:
         if not sample.rest:  # no groups, or none needed
             out, nnz = sample_product(A, sample, dY, scales), sample.nnz
         else:  # plus one group of the dropped rows, unbiased; the step adds ``nonfinite``
-            out, extra = step_product(A, sample, dY, scales, sample.uses - 1,
-                                      cfg.remainder_groups, backend, nonfinite)  # fmt: skip
+            out, extra = step_product(A, sample, dY, scales, sample.uses - 1, backend,
+                                      nonfinite)  # fmt: skip
             nnz, nonfinite = sample.nnz + extra, None
         state.stats.sampled(nnz, hit=not fresh)
         if fresh:

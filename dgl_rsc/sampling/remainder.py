@@ -156,13 +156,13 @@ def step_product(
     dY: torch.Tensor,
     scales: Scales,
     use: int,
-    groups: int,
     backend,
     nonfinite: Optional[torch.Tensor] = None,
 ) -> tuple:
     """``(N, D)`` ``factor * diag(c) A[S]^T diag(r) dY + K * diag(c) A[P_g \\ S]^T diag(r) dY``
     (plus ``nonfinite (N, 1)``, :func:`~dgl_rsc.sampling.draw.nonfinite_rows`, when given):
-    the sample's product plus group ``g = sample.rest.group(use)``'s (``K = groups``), and
+    the sample's product plus group ``g = sample.rest.group(use)``'s (``K``: the partition's
+    group count), and
     the 0-dim number of non-zeros the group's slice visited.
 
     Both products accumulate into one output (:func:`~dgl_rsc.sparse.products.csr_mm_sum`:
@@ -172,7 +172,7 @@ def step_product(
     rest = sample.rest
     part = rest.slice(rest.group(use), A, backend)
     nnz = torch.tensor(part.nnz, dtype=torch.int64)
-    rest_w = _rest_weights(A, sample, groups, dY)
+    rest_w = _rest_weights(A, sample, len(rest), dY)
     if scales.quant is not None:  # INT8: the group's product, then the sample's added
         ts = scales.transposed()
         col = rest_w if ts.col is None else ts.col.to(rest_w.dtype) * rest_w

@@ -102,7 +102,7 @@ def test_a_step_with_remainder_groups_on_cuda(cuda, backend, factor):
         g = use % 4
         kept = s.mask.float().unsqueeze(1) * (1.0 if factor is None else factor)
         kept[(part.labels == g) & ~s.mask] = 4.0
-        got, nnz = step_product(A, s, dY, scales, use, 4, be)
+        got, nnz = step_product(A, s, dY, scales, use, be)
         assert got.device.type == "cuda"
         torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=1e-4, atol=1e-4)
         assert int(nnz) == int(A.row_nnz()[part.labels == g].sum()) > 0

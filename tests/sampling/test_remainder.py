@@ -83,12 +83,12 @@ def test_a_step_is_the_sample_plus_its_group_without_the_sample_times_k(A, dtype
         assert s.rest.group(use) == g
         kept = s.mask.to(dtype).unsqueeze(1) * (1.0 if factor is None else factor)
         kept[(part.labels == g) & ~s.mask] = 3.0
-        got, nnz = step_product(A, s, dY, scales, use, 3, be)
+        got, nnz = step_product(A, s, dY, scales, use, be)
         torch.testing.assert_close(got, (kept * dense).T @ dY, rtol=tol, atol=tol)
         assert int(nnz) == int(A.row_nnz()[part.labels == g].sum()) > 0
     if factor is None:  # restored from a checkpoint: no mask, the slice says the rows
         s.mask, s.rest = None, Groups.restore(s.rest.export(), part, 500)
-        got, _ = step_product(A, s, dY, scales, 1, 3, be)
+        got, _ = step_product(A, s, dY, scales, 1, be)
         kept = torch.zeros(500, 1, dtype=dtype)
         kept[s.t_slice.indices.long()] = 1.0
         kept[(part.labels == 0) & (kept.squeeze(1) == 0)] = 3.0
@@ -196,7 +196,7 @@ def test_groups_saved_by_earlier_versions_restore_as_a_partition(A):
             r = r[A.row_nnz()[r] > 0]
             assert r.numel() and bool((rest.partition.labels[r] == g).all())
         s.rest = rest
-        got, _ = step_product(A, s, dY, Scales(), 1, 3, be)
+        got, _ = step_product(A, s, dY, Scales(), 1, be)
         kept = s.mask.double().unsqueeze(1)
         kept[(rest.partition.labels == 1) & ~s.mask] = 3.0
         torch.testing.assert_close(got, (kept * dense).T @ dY)
