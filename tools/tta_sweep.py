@@ -8,7 +8,8 @@ which validation first reaches the exact run's best minus ``--tolerance`` points
 speedup over exact in time and in epochs. Before the first seed each method trains
 ``--warmup-epochs`` untimed epochs, so that no timed run pays the process's one-off costs
 (DGL's first call, Numba's start: 0.3-0.8 s on the 2-core VM, which the first run of the
-process paid before).
+process paid before; :func:`dgl_rsc.launcher.train.warm_up`, as the launcher does: with
+``--exact-only`` nothing is compared and nothing warms up).
 
     python tools/tta_sweep.py yaml_configs/quickstart.yaml --seeds 0 1 \
         --variant default: --variant topk:rule=topk,rescale=none --out results/tta_qs.json
@@ -28,7 +29,7 @@ import yaml
 
 from dgl_rsc.base.atomic import atomic_write
 from dgl_rsc.launcher.schema import resolve
-from dgl_rsc.launcher.train import prepare, train_one
+from dgl_rsc.launcher.train import prepare, train_one, warm_up
 from dgl_rsc.launcher.tta import first_crossing
 from dgl_rsc.launcher.yaml_io import apply_overrides, load_yaml
 
@@ -106,13 +107,11 @@ def main(argv=None) -> int:
               "tolerance": args.tolerance, "machine": platform.node(),
               "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(),
               "device": _device_name(prep.device), "torch": torch.__version__,
-              "warmup_epochs": args.warmup_epochs, "runs": {}}  # fmt: skip
-    if args.warmup_epochs > 0:  # the first run of a process would pay them for all
-        short = [*base, f"train.epochs={args.warmup_epochs}"]
-        train_one(_config(args.config, {}, short), prep, "exact", args.seeds[0], progress=False)
-        for _, sets in variants[:1]:
-            train_one(_config(args.config, sets, short), prep, "rsc", args.seeds[0],
-                      progress=False)  # fmt: skip
+              "warmup_epochs": args.warmup_epochs if variants else 0,
+              "runs": {}}  # fmt: skip
+    methods = ["exact"] + (["rsc"] if variants else [])
+    warm = _config(args.config, {}, [*base, f"train.warmup_epochs={args.warmup_epochs}"])
+    warm_up(warm, prep, [(args.seeds[0], m) for m in methods])  # as the launcher does
     for seed in args.seeds:
         exact = _summary(train_one(cfg0, prep, "exact", seed, progress=False))
         result["runs"][f"exact-seed{seed}"] = exact
