@@ -119,3 +119,26 @@ def test_exact_only_sweeps_pick_the_homophily_below_the_ceiling(tmp_path):
     done = run_cmd([sys.executable, os.path.join(TOOLS, "pick_homophily.py"), str(bad)],
                    env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode != 0 and "sets no dataset.homophily" in done.stderr
+
+
+def test_interleaved_epochs_times_each_setting_on_the_overridden_config(tmp_path):
+    """``tools/interleaved_epochs.py`` as the GPU suite's ``mean`` stage runs it: ``--set``
+    overrides the base config (here a switch to the exact backward from the first step, which
+    every variant inherits), each variant its own RSC keys (a switch that never comes within
+    the rounds), and the JSON says on which device the epochs ran."""
+    cfg = write_config(tmp_path, train={"epochs": 6})
+    out = tmp_path / "interleaved.json"
+    printed = _tool("interleaved_epochs.py", cfg, "--rounds", "3", "--warmup", "1",
+                    "--set", "train.device=cpu", "--set", "rsc.switch_at=0.0",
+                    "--variant", "base:", "--variant", "late:switch_at=0.9",
+                    "--out", str(out))  # fmt: skip
+    res = json.loads(out.read_text())
+    assert res["sets"] == ["train.device=cpu", "rsc.switch_at=0.0"]
+    assert res["device"] == "cpu" and res["gpu"] is None
+    assert set(res["mean_epoch_s"]) == {"exact", "base", "late"}
+    assert res["ratio_to_exact"]["exact"] == 1.0
+    assert all(v > 0 for v in res["mean_epoch_s"].values())
+    visited = res["visited_fraction"]
+    assert visited["exact"] == 1.0 and visited["base"] == 1.0  # exact from the first step
+    assert visited["late"] < 0.9, visited  # sampled: the override reached only the base
+    assert "late" in printed

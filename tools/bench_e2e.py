@@ -75,7 +75,7 @@ def train(model, graph, data, epochs, lr, amp, device, rsc=None, eval_every=2, p
     for epoch in range(epochs):
         model.train()
         if epoch == profile_at:
-            prof = profile_step(model, graph, data, device)
+            prof = profile_step(model, graph, data, device, rsc)
         sync(device)
         t0 = time.perf_counter()
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
@@ -182,9 +182,11 @@ def pyg_row(kind, data, args, device, rows):
     return out
 
 
-def profile_step(model, graph, data, device):
+def profile_step(model, graph, data, device, rsc=None):
     """GPU milliseconds of one training step's forward and backward (not applied: no
-    optimizer or controller step), split by kernel family."""
+    optimizer step), split by kernel family. The profiled backward used a step's sample (and
+    remainder group), so it counts as a step of ``rsc`` (when given), as the controller would
+    count it on its own, with a warning, at the next forward."""
     from torch.profiler import ProfilerActivity, profile
 
     y, tr = data.label, data.train_mask
@@ -211,6 +213,8 @@ def profile_step(model, graph, data, device):
                 fam["other"] += us
         split[phase] = {k: v / 1e3 for k, v in fam.items()}
     model.zero_grad(set_to_none=True)
+    if rsc is not None:
+        rsc.step()
     f, s = split["forward"], split["backward"]
     return {
         "forward_product_ms": f["sparse"],
@@ -264,14 +268,8 @@ def main(argv=None):
         f"C={data.num_classes}, generated in {gen_s:.1f}s on {device}",
         flush=True,
     )
-    cfg = RSCConfig(
-        budget=args.budget,
-        cache_interval=10,
-        tune_interval=10,
-        switch_at=0.8,
-        total_steps=args.epochs,
-        rule=args.rule,
-    )
+    # the package's defaults for the refresh and tune intervals, the switch and the groups
+    cfg = RSCConfig(budget=args.budget, total_steps=args.epochs, rule=args.rule)
     warm_kernels(looped, data.feat, cfg)  # compile the sampling kernels outside the timings
     approx_epochs = slice(cfg.warmup_steps + 1, cfg.switch_step)
     # a step of the approximate phase between two refreshes of the cached sample

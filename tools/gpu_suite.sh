@@ -18,7 +18,9 @@
 #            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/tta_sweep.py (native engine:
 #            RSC default, cache_interval 1, budget 0.3, budget auto)
 #   rem      time to accuracy on the 200k preset (native engine, seeds $TTA_SEEDS, default 0-4):
-#            exact, RSC's defaults (remainder groups on), remainder_groups 0 (before), budget auto
+#            exact, RSC's defaults, tune_interval 10 (the default before 2026-11-26), budget auto
+#   mean     the 200k preset's mean and median epoch, RSC's defaults and tune_interval 10 against
+#            exact, interleaved epoch by epoch (tools/interleaved_epochs.py, 120 rounds)
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
 out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
@@ -63,8 +65,11 @@ for stage in $stages; do
                --variant auto:budget=auto --out "$out/tta_native.json" ;;
     rem)     $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
-               --variant default: --variant rem0:remainder_groups=0 --variant auto:budget=auto \
+               --variant default: --variant t10:tune_interval=10 --variant auto:budget=auto \
                --out "$out/tta_remainder.json" ;;
+    mean)    $py tools/interleaved_epochs.py yaml_configs/synthetic_200k_gcn.yaml --rounds 120 \
+               --set train.device=cuda --variant default: --variant t10:tune_interval=10 \
+               --out "$out/interleaved_200k.json" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   rc=${PIPESTATUS[0]}

@@ -33,9 +33,12 @@ def main(argv=None) -> int:
     p.add_argument("--variant", action="append", default=[], help="name:key=value,...")
     p.add_argument("--rounds", type=int, default=40)
     p.add_argument("--warmup", type=int, default=12, help="rounds not timed (warm-up, tune)")
+    p.add_argument("--set", dest="sets", action="append", default=[],
+                   help="base override, e.g. train.device=cuda")  # fmt: skip
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    cfg = load_config(args.config, ["train.checkpoint_every=0", "train.eval_every=1000000"])
+    base = ["train.checkpoint_every=0", "train.eval_every=1000000", *args.sets]
+    cfg = load_config(args.config, base)
     prep = prepare(cfg)
     runs = {}
     torch.manual_seed(0)
@@ -58,7 +61,9 @@ def main(argv=None) -> int:
                 times[name].append(t)
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.mean(v) for k, v in times.items()}
-    result = {"config": args.config, "machine": platform.node(), "date": time.strftime("%F %T"),
+    result = {"config": args.config, "sets": args.sets, "machine": platform.node(),
+              "date": time.strftime("%F %T"), "device": str(prep.device),
+              "gpu": torch.cuda.get_device_name() if prep.device.type == "cuda" else None,
               "rounds": args.rounds, "median_epoch_s": med,
               "ratio_to_exact": {k: med["exact"] / v for k, v in med.items()},
               "mean_epoch_s": mean,
