@@ -105,9 +105,21 @@ class RSCController:
         return self.layers[index]
 
     def step_info(self, index: int) -> StepInfo:
-        """The immutable step record of product ``index`` for the current step."""
-        return StepInfo(self.phase(), self.alloc_version, self.allocation.get(index),
-                        self.config, self._probe_due())  # fmt: skip
+        """The immutable step record of product ``index`` for the current step (exact, in
+        every phase, for a product narrower than ``min_width``)."""
+        phase = "exact" if self.narrow(self.layer(index)) else self.phase()
+        return StepInfo(phase, self.alloc_version, self.allocation.get(index), self.config,
+                        self._probe_due())  # fmt: skip
+
+    def narrow(self, state: LayerState) -> bool:
+        """Product ``state``'s gradient (width known after its first backward) is narrower
+        than ``min_width``: it keeps the exact backward."""
+        return 0 < state.stats.width < self.config.min_width
+
+    def ready(self) -> list:
+        """The products the budget is shared by: scored, of known width, not narrow."""
+        return [s for s in self.layers
+                if s.ema is not None and s.stats.width > 0 and not self.narrow(s)]  # fmt: skip
 
     def _probe_due(self) -> bool:
         """This step's products estimate their error curves: a tune follows the step, and
@@ -206,7 +218,7 @@ class RSCController:
         ``budget: auto``, else from their running-average scores under the fixed budget; then
         let the guard look at the result (it may raise the budget and solve again, or switch
         to exact)."""
-        ready = [s for s in self.layers if s.ema is not None and s.stats.width > 0]
+        ready = self.ready()
         if not ready:
             return
         if self.config.auto:
@@ -330,7 +342,7 @@ class RSCController:
         for s in self.layers:
             d = s.stats.as_dict()
             alloc = self.allocation.get(s.index)
-            d.update(layer=s.index, cache_bytes=s.cache_bytes(),
+            d.update(layer=s.index, cache_bytes=s.cache_bytes(), narrow=self.narrow(s),
                      nnz_budget=None if alloc is None else alloc[0])  # fmt: skip
             layers.append(d)
         visited = sum(x["nnz_visited"] for x in layers)

@@ -66,7 +66,7 @@ class DistributedRSCController(RSCController):
     def solve(self) -> None:
         """Solve when every rank has scores for every layer (the same decision on every
         rank); the solves, the guard and ``budget: auto`` then agree across ranks."""
-        ready = [s for s in self.layers if s.ema is not None and s.stats.width > 0]
+        ready = self.ready()
         flags = torch.tensor([len(ready), len(self.layers)], dtype=torch.long)
         self.ctx.all_reduce_(flags)
         if int(flags[0]) != len(ready) * self.ctx.world_size:

@@ -33,6 +33,8 @@ def test_unknown_key_lists_allowed_and_nearest():
         ("switch_at", 1.2),
         ("total_steps", 0),
         ("min_k", -1),
+        ("min_width", -1),
+        ("min_width", 2.5),
         ("ema", 0.0),
         ("cache_interval", 2.5),
         ("budget", "0.1"),

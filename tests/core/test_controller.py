@@ -250,3 +250,42 @@ def test_step_takes_a_loss_that_requires_grad_without_a_warning(A):
         warnings.simplefilter("error")
         rsc.step(loss)
     assert rsc.guard.losses[-1] == pytest.approx(float(loss.detach()))
+
+
+def test_narrow_products_keep_the_exact_backward_and_the_budget_goes_to_the_rest():
+    """``min_width``: a product whose gradient is narrower keeps the exact backward in the
+    approximate phase (no sample, no probe, every non-zero visited), and the fixed budget is
+    shared by the wide products alone; ``min_width=0`` approximates both."""
+    torch.manual_seed(0)
+    A = power_law_csr(800, 10.0, seed=1)
+    B = power_law_csr(800, 6.0, seed=2)
+    Xw, Xn = torch.randn(800, 32, requires_grad=True), torch.randn(800, 4, requires_grad=True)
+    Gw, Gn = torch.randn(800, 32), torch.randn(800, 4)
+    exact_n = B.to_dense().t() @ Gn
+
+    def step(rsc):
+        Xw.grad = Xn.grad = None
+        loss = (spmm_matrix(A, Xw, rsc) * Gw).sum() + (spmm_matrix(B, Xn, rsc) * Gn).sum()
+        loss.backward()
+        rsc.step()
+        return Xn.grad.clone()
+
+    rsc = RSCController(budget=0.2, warmup_steps=1, tune_interval=2, cache_interval=2,
+                        min_width=16)  # fmt: skip
+    for i in range(6):
+        grad_n = step(rsc)
+        if i >= 1:  # the approximate phase: the narrow product is still exact
+            torch.testing.assert_close(grad_n, exact_n, rtol=1e-5, atol=1e-5)
+    wide, narrow = rsc.stats()["layers"]
+    assert (wide["narrow"], narrow["narrow"]) == (False, True)
+    assert narrow["nnz_visited"] == narrow["nnz_exact"] and narrow["approx_calls"] == 0
+    assert wide["nnz_visited"] < wide["nnz_exact"] and wide["approx_calls"] > 0
+    assert [s.index for s in rsc.ready()] == [0] and set(rsc.allocation) == {0}
+    assert rsc.last_allocation.cost <= 0.2 * A.nnz * 32 + 1e-6  # the wide product's work only
+
+    every = RSCController(budget=0.2, warmup_steps=1, tune_interval=2, cache_interval=2,
+                          min_width=0)  # fmt: skip
+    for _ in range(4):
+        grad_n = step(every)
+    assert not torch.allclose(grad_n, exact_n)
+    assert [x["narrow"] for x in every.stats()["layers"]] == [False, False]
