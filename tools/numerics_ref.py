@@ -44,7 +44,9 @@ DEFAULT_PATH = os.path.join(ROOT, "tests", "data", "numerics_ref.npz")
 STEPS = 8
 #: RSC settings: budget 0.3; short cache and tuning periods so that 8 steps re-sample and
 #: re-solve several times
-RSC = {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1, "min_k": 4}
+# min_width 0: the saved outputs approximate every product, the narrow last one included
+RSC = {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1, "min_k": 4,
+       "min_width": 0}  # fmt: skip
 #: ``(name, model, sampling backend)``
 CASES = [
     ("gcn-numba", "gcn", "numba-cpu"),

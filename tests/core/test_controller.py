@@ -24,7 +24,7 @@ def A():
 
 
 def test_warmup_is_exact_and_records_scores(A):
-    rsc = RSCController(budget=0.1, warmup_steps=2)
+    rsc = RSCController(min_width=0, budget=0.1, warmup_steps=2)
     X = torch.randn(600, 8, requires_grad=True)
     G = torch.randn(600, 8)
     exact = A.to_dense().t() @ G
@@ -38,7 +38,9 @@ def test_warmup_is_exact_and_records_scores(A):
 
 
 def test_cache_reused_within_period_and_refreshed_after(A):
-    rsc = RSCController(budget=0.2, warmup_steps=0, cache_interval=4, tune_interval=100)
+    rsc = RSCController(
+        min_width=0, budget=0.2, warmup_steps=0, cache_interval=4, tune_interval=100
+    )
     X = torch.randn(600, 8, requires_grad=True)
     for _ in range(8):
         G = torch.randn(600, 8)
@@ -50,7 +52,9 @@ def test_cache_reused_within_period_and_refreshed_after(A):
 
 @pytest.mark.parametrize("groups", [0, 10])
 def test_cached_sample_is_applied_to_the_new_gradient(A, groups):
-    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=10, remainder_groups=groups)
+    rsc = RSCController(
+        min_width=0, budget=0.3, warmup_steps=0, cache_interval=10, remainder_groups=groups
+    )
     X = torch.randn(600, 8, requires_grad=True)
     run_step(rsc, [A], X, torch.randn(600, 8))
     sample = rsc.layers[0]._sample
@@ -71,7 +75,9 @@ def test_never_reuses_a_slice_across_graphs(A, keep):
     """Alternating matrices (mini-batch subgraphs): each sample is only ever used for the
     matrix it was cut from; with the subgraph cache a matrix that comes back finds its own."""
     B = power_law_csr(600, 8.0, seed=12)
-    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=100, subgraph_cache=keep)
+    rsc = RSCController(
+        min_width=0, budget=0.3, warmup_steps=0, cache_interval=100, subgraph_cache=keep
+    )
     X = torch.randn(600, 8, requires_grad=True)
     for i in range(6):
         G = torch.randn(600, 8)
@@ -92,7 +98,7 @@ def test_never_reuses_a_slice_across_graphs(A, keep):
 
 
 def test_raw_csr_tensors_keep_their_cache(A):
-    rsc = RSCController(budget=0.3, warmup_steps=0, cache_interval=5)
+    rsc = RSCController(min_width=0, budget=0.3, warmup_steps=0, cache_interval=5)
     X = torch.randn(600, 8, requires_grad=True)
     for _ in range(5):
         X.grad = None
@@ -120,7 +126,7 @@ def test_switch_makes_backward_exact_and_free(A):
 def test_layers_by_call_order_and_solver_allocation():
     A = power_law_csr(800, 10.0, seed=1)
     B = power_law_csr(800, 3.0, seed=2)
-    rsc = RSCController(budget=0.2, warmup_steps=1, tune_interval=2, cache_interval=2)
+    rsc = RSCController(min_width=0, budget=0.2, warmup_steps=1, tune_interval=2, cache_interval=2)
     X = torch.randn(800, 8, requires_grad=True)
     G = torch.randn(800, 8) * torch.rand(800, 1).pow(4)
     for _ in range(5):
@@ -177,7 +183,9 @@ def test_step_counters_fold_so_memory_stays_bounded(A, monkeypatch):
     from dgl_rsc.core import stats
 
     monkeypatch.setattr(stats, "FOLD_EVERY", 4)
-    rsc = RSCController(budget=0.2, warmup_steps=0, cache_interval=3, tune_interval=100)
+    rsc = RSCController(
+        min_width=0, budget=0.2, warmup_steps=0, cache_interval=3, tune_interval=100
+    )
     X = torch.randn(600, 8, requires_grad=True)
     visited = 0
     for _ in range(11):

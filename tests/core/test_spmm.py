@@ -171,7 +171,7 @@ def test_non_finite_rows_outside_a_cached_sample_still_propagate(bad, dtype):
     """Also through the summed step (bf16: the sample's and the group's products accumulate
     into one output and the non-finite term joins the row scale's pass)."""
     A = power_law_csr(400, 6.0, seed=5)
-    rsc = RSCController(budget=0.05, warmup_steps=0, cache_interval=10)
+    rsc = RSCController(min_width=0, budget=0.05, warmup_steps=0, cache_interval=10)
     X = torch.randn(400, 4, dtype=dtype, requires_grad=True)
     G0 = torch.randn(400, 4, dtype=dtype)
     spmm_matrix(A, X, rsc).backward(G0)  # draws and caches the sample
@@ -187,7 +187,9 @@ def test_non_finite_rows_outside_a_cached_sample_still_propagate(bad, dtype):
     others = torch.ones(400, dtype=torch.bool)
     others[reached] = False
     assert bool(torch.isfinite(X.grad[others]).all())  # nothing else is touched
-    off = RSCController(budget=0.05, warmup_steps=0, cache_interval=10, check_finite=False)
+    off = RSCController(
+        min_width=0, budget=0.05, warmup_steps=0, cache_interval=10, check_finite=False
+    )
     X.grad = None
     spmm_matrix(A, X, off).backward(G0)  # the same sample: the row is left out again
     off.step()

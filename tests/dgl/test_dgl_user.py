@@ -82,7 +82,7 @@ def _ours(caught, fragment):
 
 @pytest.mark.parametrize("how", ["patch", "attach"])
 def test_a_missing_step_is_warned_once_at_the_users_line_and_counted(data, how):
-    cfg = dict(budget=0.3, total_steps=8, switch_at=0.5, warmup_steps=1)
+    cfg = dict(budget=0.3, total_steps=8, switch_at=0.5, warmup_steps=1, min_width=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if how == "patch":
@@ -173,7 +173,7 @@ def test_patched_graphconv_and_dropin_train_identically(data, dims, rescale):
     g, feat, label, train = data
     data = (g, feat, label % dims[-1], train)
     cfg = dict(budget=0.2, total_steps=12, switch_at=1.0, warmup_steps=1, cache_interval=3,
-               tune_interval=3, seed=5, rescale=rescale)  # fmt: skip
+               tune_interval=3, seed=5, rescale=rescale, min_width=0)  # fmt: skip
     with dgl_rsc.patch(**cfg) as rsc_patch:
         patched = _train(_stock(dims), data, 12, rsc_patch)
     model = _dropin(dims)

@@ -242,7 +242,7 @@ def test_gat_and_gin_train_inside_the_patch(dgl, kind):
     y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
     losses = []
-    with dgl_rsc.patch(budget=0.3, warmup_steps=1, cache_interval=2) as rsc:
+    with dgl_rsc.patch(budget=0.3, warmup_steps=1, cache_interval=2, min_width=0) as rsc:
         for _ in range(8):
             h = model["conv"](g, torch.tanh(model["enc"](x)))
             h = h.reshape(200, -1, 4).mean(1)  # average the heads
@@ -335,7 +335,7 @@ def test_stock_graphconv_trains_within_one_point_of_exact(dgl):
         model = GCN()
         opt = torch.optim.Adam(model.parameters(), lr=0.02)
         epochs = 60
-        ctx = dgl_rsc.patch(budget=0.3, total_steps=epochs) if use_rsc else None
+        ctx = dgl_rsc.patch(budget=0.3, total_steps=epochs, min_width=0) if use_rsc else None
         rsc = ctx.__enter__() if ctx else None
         try:
             for _ in range(epochs):

@@ -81,7 +81,9 @@ def write_config(tmp_path, **sections):
                     "feat_dim": 12, "seed": 1},
         "model": {"name": "gcn", "hidden": 16, "layers": 2, "dropout": 0.5},
         "train": {"epochs": 5, "lr": 0.02, "seeds": [0], "threads": 1, "stock_baseline": False},
-        "rsc": {"budget": 1.0, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1},
+        # min_width 0: the products here (16 and 4 columns) would stay exact at the default
+        "rsc": {"budget": 1.0, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1,
+                "min_width": 0},
         "compare": True,
     }  # fmt: skip
     for key, value in sections.items():

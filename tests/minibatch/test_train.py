@@ -19,7 +19,7 @@ BASE = {
     "train": {"epochs": 4, "lr": 0.02, "seeds": [0], "eval_every": 2, "device": "cpu",
               "stock_baseline": False, "mode": "cluster"},
     "minibatch": {"num_parts": 6, "batch_size": 2, "shuffle": False},
-    "rsc": {"budget": 0.3, "cache_interval": 3, "warmup_steps": 1},
+    "rsc": {"budget": 0.3, "cache_interval": 3, "warmup_steps": 1, "min_width": 0},
 }  # fmt: skip
 
 

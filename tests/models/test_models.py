@@ -106,8 +106,9 @@ def _losses(name, engine, rsc=True):
         "train": {"epochs": 6, "lr": 0.02, "engine": engine, "device": "cpu"},
         # no remainder groups: they are drawn from each product's generator, seeded by the
         # product's index, and the patch numbers products differently from the drop-ins
+        # (min_width 0: these products are narrower than the default's 16)
         "rsc": {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1,
-                "remainder_groups": 0},
+                "remainder_groups": 0, "min_width": 0},
     }  # fmt: skip
     cfg = resolve(apply_overrides(raw, [] if rsc else ["rsc=null"]))
     rec = train_one(cfg, prepare(cfg), "rsc" if rsc else "exact", seed=0, progress=False)

@@ -126,8 +126,8 @@ def test_one_cycle_of_groups_averages_to_the_exact_gradient(A):
     the mean of the K sampled gradients is the exact one."""
     X = torch.randn(500, 6, dtype=torch.float64, requires_grad=True)
     G = torch.randn(500, 6, dtype=torch.float64)
-    ctl = RSCController(budget=0.1, remainder_groups=5, cache_interval=5, warmup_steps=0,
-                        guard=False, total_steps=100)  # fmt: skip
+    ctl = RSCController(min_width=0, budget=0.1, remainder_groups=5, cache_interval=5,
+                        warmup_steps=0, guard=False, total_steps=100)  # fmt: skip
     grads = _grads(ctl, A, X, G, 5)
     X.grad = None
     spmm_matrix(A, X).mul(G).sum().backward()
@@ -136,7 +136,7 @@ def test_one_cycle_of_groups_averages_to_the_exact_gradient(A):
     assert all((g - exact).norm() > 1e-3 * exact.norm() for g in grads)  # each is sampled
     stats = ctl.stats()
     # the groups' non-zeros are counted as visited: more than the sample's alone
-    plain = RSCController(budget=0.1, cache_interval=5, warmup_steps=0, guard=False,
+    plain = RSCController(min_width=0, budget=0.1, cache_interval=5, warmup_steps=0, guard=False,
                           total_steps=100)  # fmt: skip
     _grads(plain, A, X, G, 5)
     assert stats["visited_fraction"] > plain.stats()["visited_fraction"]
