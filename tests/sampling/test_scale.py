@@ -155,14 +155,9 @@ def test_exact_diagonal_is_always_applied_and_counted():
 def test_controller_ls_scale_is_stored_and_reused_and_checkpointed():
     A, sc = gcn_matrix(800, 8.0)
     G = grad(800, 8, True, 4)
-    rsc = RSCController(
-        min_width=0,
-        budget=0.1,
-        warmup_steps=0,
-        cache_interval=5,
-        tune_interval=100,
-        remainder_groups=0,
-    )
+    settings = dict(budget=0.1, warmup_steps=0, cache_interval=5, tune_interval=100,
+                    remainder_groups=0, min_width=0)  # fmt: skip
+    rsc = RSCController(**settings)
     X = torch.randn(800, 8, requires_grad=True)
     spmm_matrix(A, X, rsc, row_scale=sc.row, col_scale=sc.col).backward(G)
     first = X.grad.clone()
@@ -174,14 +169,7 @@ def test_controller_ls_scale_is_stored_and_reused_and_checkpointed():
     torch.testing.assert_close(X.grad, first)  # a cache hit: same slice, same factor
     state = rsc.state_dict()
     assert state["layers"][0]["generator"] is not None
-    again = RSCController(
-        min_width=0,
-        budget=0.1,
-        warmup_steps=0,
-        cache_interval=5,
-        tune_interval=100,
-        remainder_groups=0,
-    )
+    again = RSCController(**settings)
     again.load_state_dict(state)
     assert torch.equal(again.layers[0].generator("cpu").get_state(),
                        rsc.layers[0].generator("cpu").get_state())  # fmt: skip
