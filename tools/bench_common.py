@@ -10,8 +10,21 @@ import statistics
 import time
 
 import torch
+import yaml
 
 from dgl_rsc.sparse.csr import CSR
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    """A sweep's ``--variant name:key=value,key=value`` -> ``(name, {key: value})`` (values
+    read as YAML; keys without a section are ``rsc`` keys)."""
+    name, _, rest = text.partition(":")
+    sets = {}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        key = key if "." in key else f"rsc.{key}"
+        sets[key] = yaml.safe_load(value)
+    return name, sets
 
 
 def power_law_csr(n, nnz, exponent=2.1, seed=0, device="cpu", index_dtype=torch.int64):

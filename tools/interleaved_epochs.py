@@ -22,7 +22,9 @@ import sys
 import time
 
 import torch
+from bench_common import parse_variant
 
+from dgl_rsc.core.config import ConfigError
 from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
 
@@ -39,17 +41,23 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     base = ["train.checkpoint_every=0", "train.eval_every=1000000", *args.sets]
     cfg = load_config(args.config, base)
+    variants = {}  # name -> the run's RSC settings, all checked before the graph loads
+    for text in args.variant or ["default:"]:
+        name, sets = parse_variant(text)
+        if any(not k.startswith("rsc.") for k in sets):
+            p.error(f"--variant {text!r}: only rsc keys vary here (the graph and model are "
+                    "shared); give the others with --set")  # fmt: skip
+        sets = {k[len("rsc.") :]: v for k, v in sets.items()}
+        try:  # never switches to exact here
+            variants[name] = cfg.rsc.replace(total_steps=10**9, **sets)
+        except (ConfigError, TypeError) as e:
+            p.error(f"--variant {text!r}: {e}")
     prep = prepare(cfg)
     runs = {}
     torch.manual_seed(0)
     runs["exact"] = _setup(cfg, prep, "exact")
     total = args.rounds + args.warmup
-    for text in args.variant or ["default:"]:
-        name, _, rest = text.partition(":")
-        sets = dict(item.split("=", 1) for item in filter(None, rest.split(",")))
-        sets = {k: json.loads(v) if v[:1].isdigit() or v in ("true", "false") else v
-                for k, v in sets.items()}  # fmt: skip
-        rsc = cfg.rsc.replace(total_steps=10**9, **sets)  # never switches to exact here
+    for name, rsc in variants.items():
         torch.manual_seed(0)
         runs[name] = _setup(dataclasses.replace(cfg, rsc=rsc), prep, "rsc")
     times = {k: [] for k in runs}

@@ -25,25 +25,13 @@ import sys
 import time
 
 import torch
-import yaml
+from bench_common import parse_variant
 
 from dgl_rsc.base.atomic import atomic_write
 from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import prepare, train_one, warm_up
 from dgl_rsc.launcher.tta import first_crossing
 from dgl_rsc.launcher.yaml_io import apply_overrides, load_yaml
-
-
-def _variant(text: str) -> tuple[str, dict]:
-    """``name:key=value,key=value`` -> ``(name, {key: value})`` (values read as YAML; keys
-    without a section are ``rsc`` keys)."""
-    name, _, rest = text.partition(":")
-    sets = {}
-    for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        key = key if "." in key else f"rsc.{key}"
-        sets[key] = yaml.safe_load(value)
-    return name, sets
 
 
 def _config(path: str, sets: dict, base_sets: list):
@@ -102,7 +90,8 @@ def main(argv=None) -> int:
     base = [*args.sets, f"train.eval_every={args.eval_every}", "train.checkpoint_every=0"]
     cfg0 = _config(args.config, {}, base)
     prep = prepare(cfg0)
-    variants = [] if args.exact_only else [_variant(v) for v in args.variant] or [("default", {})]
+    variants = [parse_variant(v) for v in args.variant] or [("default", {})]
+    variants = [] if args.exact_only else variants
     result = {"config": args.config, "sets": base, "seeds": args.seeds,
               "tolerance": args.tolerance, "machine": platform.node(),
               "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(),
