@@ -141,15 +141,34 @@ def _scale_rows(out: torch.Tensor, scales: Scales, add: Optional[torch.Tensor] =
     return (torch.addcdiv if scales.row_divide else torch.addcmul)(add, out, r, out=out)
 
 
+def _folds(nnz: int, X: torch.Tensor) -> bool:
+    """Whether a column factor of a product with ``X (N, D)`` costs less folded into the
+    ``nnz`` values (a gather per entry) than applied to ``X`` (a pass over ``N * D``). A
+    gathered entry cost about three streamed elements on an H100 (124M entries: 1.3 ms;
+    ``X`` of 2.4M x 256: 2.1 ms, x 100: 0.8 ms; ``docs/benchmarks.md``)."""
+    return 3 * nnz <= X.numel()
+
+
+def _folded(indices: torch.Tensor, values: torch.Tensor, col: torch.Tensor,
+            dtype: torch.dtype) -> torch.Tensor:  # fmt: skip
+    """``(nnz,)`` ``values[e] * col[indices[e]]``, the values of ``A diag(col)``, in
+    ``dtype`` (multiplied in fp32 at least)."""
+    cdt = torch.float32 if dtype in _CPU_UPCAST else dtype
+    return (values.to(cdt) * col.to(cdt).index_select(0, indices)).to(dtype)  # int32 or int64
+
+
 def _sparse_mm(indptr, indices, values, shape, X, scales: Scales):
-    if scales.col is not None:
+    if scales.col is not None and _folds(indices.numel(), X):
+        values = _folded(indices, values, scales.col, X.dtype)
+    elif scales.col is not None:
         X = X * scales.col.to(X.dtype).unsqueeze(1)
     out = torch.sparse.mm(_torch_csr(indptr, indices, values, shape), X)
     return _scale_rows(out, scales)
 
 
-def _mm(indptr, indices, values, shape, X, scales: Scales, pool, tag=None) -> torch.Tensor:
-    """``(M, D)`` product; ``values`` is ``None`` (all ones) or ``(nnz,)``."""
+def _mm(A: CSR, X, scales: Scales, pool, tag=None) -> torch.Tensor:
+    """``(M, D)`` product of ``A (M, N)`` and ``X (N, D)``."""
+    indptr, indices, shape = A.indptr, A.indices, A.shape
     out_dtype = X.dtype
     cpu = X.device.type == "cpu"
     if cpu and out_dtype in _CPU_UPCAST:
@@ -157,12 +176,10 @@ def _mm(indptr, indices, values, shape, X, scales: Scales, pool, tag=None) -> to
     if shape[0] == 0 or shape[1] == 0 or indices.numel() == 0 or X.shape[1] == 0:
         return X.new_zeros((shape[0], X.shape[1])).to(out_dtype)
     X = X.contiguous()
-    vals = _cast(values, X.dtype)
     if cpu and _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
-        out = _numba_mm(indptr, indices, vals, shape, X, scales, pool, tag)
-    else:
-        if vals is None:
-            vals = torch.ones(indices.numel(), dtype=X.dtype, device=X.device)
+        out = _numba_mm(indptr, indices, _cast(A.values, X.dtype), shape, X, scales, pool, tag)
+    else:  # an unweighted matrix's ones are made once per dtype, not at every product
+        vals = A.values_or_ones(X.dtype).detach().contiguous()
         out = _sparse_mm(indptr, indices, vals, shape, X, scales)
     return out.to(out_dtype)
 
@@ -188,7 +205,7 @@ def csr_mm(
     if not sparse_write and dgl_kernels.usable(X) and _nonempty(A, X):
         return _dgl_mm(A, X, scales, pool)
     tag = A.token if sparse_write else None
-    return _mm(A.indptr, A.indices, A.values, A.shape, X, scales, pool, tag)
+    return _mm(A, X, scales, pool, tag)
 
 
 def _nonempty(A: CSR, X: torch.Tensor) -> bool:
@@ -233,30 +250,43 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
             scaled[id(w)] = _col_scaled(X, scales.col, w)
         return scaled[id(w)]
 
-    pairs = [(A, operand(w)) for A, w in zip(mats, weights) if A.nnz > 0]
-    if pairs and dgl_kernels.usable(X) and all(_nonempty(A, Xw) for A, Xw in pairs):
+    live = [(A, w) for A, w in zip(mats, weights) if A.nnz > 0]
+    if live and dgl_kernels.usable(X) and all(_nonempty(A, X) for A, _ in live):
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
-        for A, Xw in pairs:
+        for A, w in live:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
-            dgl_kernels.spmm_add(A._s, vals, Xw, out)
+            dgl_kernels.spmm_add(A._s, vals, operand(w), out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
-    for A, Xw in pairs:
-        S = _torch_csr(A.indptr, A.indices, A.values_or_ones(X.dtype).detach().contiguous(),
-                       shape)  # fmt: skip
+    for A, w in live:  # torch.sparse: the column factor goes into the values where that
+        vals, Xw = A.values_or_ones(X.dtype).detach().contiguous(), X  # is cheaper
+        col = _col_factor(scales.col, w, X.dtype)
+        if col is not None and _folds(A.nnz, X):
+            vals = _folded(A.indices, vals, col, X.dtype)
+        elif col is not None:
+            Xw = operand(w)
+        S = _torch_csr(A.indptr, A.indices, vals, shape)
         out = torch.sparse.mm(S, Xw) if out is None else out.addmm_(S, Xw)
     if out is None:
         out = X.new_zeros((shape[0], X.shape[1]))
     return _scale_rows(out, scales, row_add).to(out_dtype)
 
 
+def _col_factor(col: Optional[torch.Tensor], weight: Optional[torch.Tensor],
+                dtype: torch.dtype) -> Optional[torch.Tensor]:  # fmt: skip
+    """``(N,)`` ``col * weight`` (either may be ``None``; both: ``None``), in fp32 at least
+    for ``dtype`` operands."""
+    if weight is None:
+        return col
+    cdt = torch.float32 if dtype in _CPU_UPCAST else dtype
+    return weight.to(cdt) if col is None else col.to(cdt) * weight.to(cdt)
+
+
 def _col_scaled(X: torch.Tensor, col: Optional[torch.Tensor],
                 weight: Optional[torch.Tensor]) -> torch.Tensor:  # fmt: skip
     """``diag(col * weight) X`` (contiguous; ``X`` itself when both are ``None``), the
     factor's product in fp32 at least, then in ``X``'s dtype."""
-    if weight is not None:
-        cdt = torch.float32 if X.dtype in _CPU_UPCAST else X.dtype
-        col = weight.to(cdt) if col is None else col.to(cdt) * weight.to(cdt)
+    col = _col_factor(col, weight, X.dtype)
     return (X if col is None else X * col.to(X.dtype).unsqueeze(1)).contiguous()
 
 

@@ -49,9 +49,10 @@ def test_training_step_matches_torch_backend(cuda, backend, index_dtype, weighte
         if r is not None:
             assert torch.equal(r[0], g[0]) and torch.equal(r[1], g[1])
     # ... and the gradients agree up to cuSPARSE's summation order (not bit-reproducible:
-    # two torch-backend runs already differ by ~1e-6)
+    # two torch-backend runs already differ by ~1e-6 of the gradient's scale; an element
+    # that cancels can differ by more than 1e-5 of itself)
     for r, g in zip(ref, got):
-        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5 * float(r.abs().max()))
     assert [s["k"] for s in rsc.stats()["layers"]] == [s["k"] for s in rsc_ref.stats()["layers"]]
 
 

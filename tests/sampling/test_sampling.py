@@ -8,6 +8,8 @@ from dgl_rsc.backends import BACKENDS, SamplingBackend, resolve, torch_ref
 from dgl_rsc.core.config import ConfigError
 from dgl_rsc.sampling import RULES, get_rule, kept_count, selection_key
 
+from ..conftest import DEVICES, power_law_csr
+
 
 @pytest.mark.parametrize("rule", list(RULES))
 def test_every_rule_keeps_the_key_contract(rule):
@@ -62,3 +64,30 @@ def test_backend_registry_and_resolve_errors():
         resolve("cupi", "cpu")
     with pytest.raises(ValueError, match="needs CUDA tensors"):
         resolve("cupy", "cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("readback", [True, False], ids=["readback", "product"])
+def test_nonfinite_rows_marks_the_columns_a_bad_row_reaches(monkeypatch, device, readback):
+    """The non-finite term of a sampled product: ``None`` or zeros for a finite ``dY``, NaN
+    exactly in the columns of ``A`` that a NaN or Inf row reaches, whether the check reads
+    ``sum(dY)`` back (the CPU; a GPU at or above ``_READBACK_NNZ`` entries) or multiplies."""
+    from dgl_rsc.sampling import draw
+    from dgl_rsc.sparse.products import Scales
+
+    monkeypatch.setattr(draw, "_READBACK_NNZ", 0 if readback else 1 << 62)
+    A = power_law_csr(200, 4.0, seed=11, device=device)
+    dY = torch.randn(200, 6, device=device)
+    sc = Scales(torch.rand(200, device=device) + 0.5, torch.rand(200, device=device) + 0.5)
+    clean = draw.nonfinite_rows(A, dY, sc)
+    cpu = torch.device(device).type == "cpu"
+    if readback or cpu:
+        assert clean is None
+    else:
+        assert clean.shape == (200, 1) and not bool(clean.any())
+    dY[17, 2], dY[40, 0] = float("nan"), float("inf")
+    bad = draw.nonfinite_rows(A, dY, sc)
+    dense = A.to_dense()
+    reach = (dense[17] != 0) | (dense[40] != 0)
+    assert bool(reach.any()) and bool(torch.isnan(bad[reach, 0]).all())
+    assert not bool(bad[~reach].any())

@@ -187,3 +187,43 @@ def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero(dtype):
     again = csr_mm_sum(parts, X, pool=pool)
     assert torch.equal(first, again)
     torch.testing.assert_close(again, csr_mm(A, X), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("width", [20, 1], ids=["values", "operand"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["ones", "weighted"])
+def test_torch_sparse_engine_folds_the_column_factor_where_cheaper(monkeypatch, device,
+                                                                   width, weighted):  # fmt: skip
+    """On the torch.sparse engine (CUDA; the CPU without DGL or Numba) a column factor goes
+    into the matrix's values where that costs less than scaling ``X`` (a gather per entry
+    against three elements of ``X``: 20 columns here) and onto ``X`` otherwise (1 column):
+    both give ``diag(r) A diag(c w) X``, and a NaN row of ``X`` under a zero weight still
+    poisons exactly the rows that reach it."""
+    from dgl_rsc.base import _deps
+    from dgl_rsc.dgl import kernels as dgl_kernels
+    from dgl_rsc.sparse import products
+
+    monkeypatch.setattr(dgl_kernels, "usable", lambda X: False)
+    monkeypatch.setattr(_deps, "numba_available", lambda: False)
+    index = torch.int64 if weighted else torch.int32  # both index widths gather
+    A = power_law_csr(300, 5.0, weighted=weighted, seed=7, device=device, index_dtype=index)
+    mats = _split(A, 2, seed=2)
+    gen = torch.Generator().manual_seed(8)
+    X = torch.randn(300, width, generator=gen, dtype=torch.float64).to(device)
+    r, c, w = (torch.rand(300, generator=gen, dtype=torch.float64).add(0.5).to(device)
+               for _ in range(3))  # fmt: skip
+    assert products._folds(A.nnz, X) == (width == 20)
+    assert products._folds(mats[1].nnz, X) == (width == 20)
+    dense = A.to_dense(torch.float64)
+    sc = Scales(r, c)
+    torch.testing.assert_close(csr_mm(A, X, sc), r[:, None] * dense * c @ X)
+    torch.testing.assert_close(csr_t_mm(A, X, sc), (r[:, None] * dense * c).T @ X)
+    got = csr_mm_sum(mats, X, sc, col_weight=[None, w])
+    want = r[:, None] * (mats[0].to_dense(torch.float64) * c @ X
+                         + mats[1].to_dense(torch.float64) * (c * w) @ X)  # fmt: skip
+    torch.testing.assert_close(got, want)
+    w[11], X[11] = 0.0, float("nan")  # a zero weight does not hide a non-finite row
+    got = csr_mm_sum(mats, X, sc, col_weight=[None, w])
+    reach = A.to_dense(torch.float64)[:, 11] != 0
+    assert bool(reach.any()) and bool(torch.isnan(got[reach]).all())
+    assert bool(torch.isfinite(got[~reach]).all())
