@@ -60,3 +60,14 @@ def test_bench_e2e_profile_needs_cuda(tmp_path):
     assert done.returncode == 2
     assert "--profile times CUDA kernels and needs --device cuda" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_bench_e2e_refuses_a_run_with_no_approximate_epoch(tmp_path):
+    """Four epochs end in the exact phase before any approximate epoch: one usage error
+    before the graph is made, not a statistics error at the end."""
+    done = run_cmd([sys.executable, os.path.join(TOOLS, "bench_e2e.py"), "--device", "cpu",
+                    "--preset", "tiny", "--epochs", "4", "--out", str(tmp_path / "x.json")],
+                   cwd=REPO, timeout=120, env={**os.environ, "PYTHONPATH": REPO})  # fmt: skip
+    assert done.returncode == 2
+    assert "--epochs 4 leaves no approximate epoch to time" in done.stderr
+    assert "graph:" not in done.stdout and not (tmp_path / "x.json").exists()

@@ -258,6 +258,14 @@ def main(argv=None):
         ap.error("--profile times CUDA kernels and needs --device cuda; on the CPU, "
                  "tools/profile_run.py splits a launcher config's epoch.")  # fmt: skip
 
+    # the package's defaults for the refresh and tune intervals, the switch and the groups
+    cfg = RSCConfig(budget=args.budget, total_steps=args.epochs, rule=args.rule)
+    approx_epochs = slice(cfg.warmup_steps + 1, cfg.switch_step)
+    if not range(args.epochs)[approx_epochs]:
+        ap.error(f"--epochs {args.epochs} leaves no approximate epoch to time (warm-up "
+                 f"{cfg.warmup_steps}, exact again from epoch {cfg.switch_step}); give more "
+                 "epochs.")  # fmt: skip
+
     t0 = time.perf_counter()
     data = load_dataset("synthetic", device=device, seed=args.seed, **PRESETS[args.preset])
     gen_s = time.perf_counter() - t0
@@ -268,10 +276,7 @@ def main(argv=None):
         f"C={data.num_classes}, generated in {gen_s:.1f}s on {device}",
         flush=True,
     )
-    # the package's defaults for the refresh and tune intervals, the switch and the groups
-    cfg = RSCConfig(budget=args.budget, total_steps=args.epochs, rule=args.rule)
     warm_kernels(looped, data.feat, cfg)  # compile the sampling kernels outside the timings
-    approx_epochs = slice(cfg.warmup_steps + 1, cfg.switch_step)
     # a step of the approximate phase between two refreshes of the cached sample
     profile_at = (cfg.warmup_steps + cfg.switch_step) // 2 + cfg.cache_interval // 2
     rows = []
