@@ -12,6 +12,7 @@ import time
 import torch
 import yaml
 
+from dgl_rsc.launcher.report import cpu_caches, cpu_name
 from dgl_rsc.sparse.csr import CSR
 
 
@@ -83,6 +84,8 @@ def machine(device) -> dict:
     info = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "host_cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
+        "cpu_caches": cpu_caches(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),

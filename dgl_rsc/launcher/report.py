@@ -43,7 +43,10 @@ from ..base import _deps
 from .checkpoint import atomic_write_text, claim
 from .tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 
-__all__ = ["environment", "summarize", "format_table", "write_report", "strict_json", "CSV_FIELDS"]
+__all__ = [
+    "environment", "summarize", "format_table", "write_report", "strict_json", "CSV_FIELDS",
+    "cpu_name", "cpu_caches",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +77,37 @@ def _version(package: str):
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (else what ``platform`` knows)."""
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+def cpu_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
+    """CPU 0's cache sizes as sysfs lists them, e.g. ``{"L1d": "48K", "L2": "2048K", "L3":
+    "491520K"}`` (``{}`` where it does not). Two 2-core VMs that both call themselves "Intel(R)
+    Xeon(R) Processor" ran quickstart's exact epoch at 44 and 72 ms, and RSC's at 1.00x and
+    1.12x of it (``docs/benchmarks.md``): the model name alone does not tell them apart."""
+    out = {}
+    if not os.path.isdir(root):
+        return out
+    for entry in sorted(os.listdir(root)):
+        try:
+            with open(os.path.join(root, entry, "level"), encoding="utf-8") as f:
+                level = f.read().strip()
+            with open(os.path.join(root, entry, "type"), encoding="utf-8") as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, entry, "size"), encoding="utf-8") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        out[f"L{level}{suffix}"] = size
+    return out
 
 
 def environment(device: torch.device) -> dict:
@@ -93,7 +120,9 @@ def environment(device: torch.device) -> dict:
         "torch": torch.__version__,
         "dgl": _version("dgl"),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if cuda else _cpu_name(),
+        "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name(),
+        "cpu": cpu_name(),
+        "cpu_caches": cpu_caches(),
         "cuda_version": torch.version.cuda,
         "torch_threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),

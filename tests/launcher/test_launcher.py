@@ -249,7 +249,8 @@ def test_run_writes_results_csv_png_and_force_is_needed_to_replace(tmp_path, cap
     assert "speedup" in printed and "exact" in printed and "rsc" in printed
     res = json.loads((out / "results.json").read_text())
     assert {"environment", "config", "summary", "runs", "table", "metric"} <= set(res)
-    assert {"torch", "dgl", "device", "date", "machine"} <= set(res["environment"])
+    assert {"torch", "dgl", "device", "date", "machine", "cpu"} <= set(res["environment"])
+    assert isinstance(res["environment"]["cpu_caches"], dict)
     for method in ("exact", "rsc"):
         s = res["summary"][method]
         assert s["runs"] == 2 and 0.0 <= s["test_mean"] <= 1.0 and s["epoch_s_mean"] > 0
@@ -413,3 +414,20 @@ def test_warm_up_trains_each_method_untimed_first_and_changes_no_result(tmp_path
     calls.clear()
     assert cli.main(["run", path, "--out", str(tmp_path / "one"), "--no-progress"]) == 0
     assert calls == [("rsc", 0, 6, False)]
+
+
+def test_cpu_caches_reads_sysfs_levels_and_kinds(tmp_path):
+    """Cache sizes by level (d/i for data and instruction), entries that cannot be read
+    skipped, and nothing (not an error) where the directory does not exist."""
+    from dgl_rsc.launcher.report import cpu_caches
+
+    for name, level, kind, size in [("index0", 1, "Data", "48K"), ("index1", 1, "Instruction",
+                                     "64K"), ("index2", 2, "Unified", "2048K")]:  # fmt: skip
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    (tmp_path / "index3").mkdir()  # no files: skipped
+    assert cpu_caches(str(tmp_path)) == {"L1d": "48K", "L1i": "64K", "L2": "2048K"}
+    assert cpu_caches(str(tmp_path / "absent")) == {}
