@@ -113,6 +113,7 @@ def cpu_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
 def environment(device: torch.device) -> dict:
     """Versions, device and machine of this run (no package is imported to read them)."""
     cuda = device.type == "cuda"
+    cpu = cpu_name()
     return {
         "dgl_rsc": __version__,
         "python": platform.python_version(),
@@ -120,8 +121,8 @@ def environment(device: torch.device) -> dict:
         "torch": torch.__version__,
         "dgl": _version("dgl"),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if cuda else cpu_name(),
-        "cpu": cpu_name(),
+        "device_name": torch.cuda.get_device_name(device) if cuda else cpu,
+        "cpu": cpu,
         "cpu_caches": cpu_caches(),
         "cuda_version": torch.version.cuda,
         "torch_threads": torch.get_num_threads(),

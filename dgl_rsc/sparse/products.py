@@ -258,8 +258,8 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
             dgl_kernels.spmm_add(A._s, vals, operand(w), out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
-    for A, w in live:  # torch.sparse: the column factor goes into the values where that
-        vals, Xw = A.values_or_ones(X.dtype).detach().contiguous(), X  # is cheaper
+    for A, w in live:  # torch.sparse: the column factor goes into the values where cheaper
+        vals, Xw = A.values_or_ones(X.dtype).detach().contiguous(), X
         col = _col_factor(scales.col, w, X.dtype)
         if col is not None and _folds(A.nnz, X):
             vals = _folded(A.indices, vals, col, X.dtype)
