@@ -33,3 +33,31 @@ def test_step_costs_times_every_piece_of_the_step(tmp_path):
     assert set(data["methods"]["rsc"]["epoch_ms_mean"]) == {"approx", "exact"}
     assert set(data["methods"]["rsc"]["epoch_ms"]) == {"approx", "exact"}  # switched at 0.8
     assert "step product (sample + group)" in printed and data["machine"]["date"]
+
+
+def test_step_costs_bounds_what_rsc_can_save_per_epoch(tmp_path):
+    # three layers: the middle product's gradient is 16 wide (sampled), the last one's 3 wide
+    # (narrower than min_width 4: exact in every phase)
+    cfg = write_config(tmp_path, model={"name": "gcn", "hidden": 16, "layers": 3},
+                       rsc={"min_width": 4}, train={"epochs": 30, "eval_every": 5})  # fmt: skip
+    out = tmp_path / "costs.json"
+    printed = _tool("step_costs.py", cfg, "--epochs", "16", "--out", str(out))
+    data = json.loads(out.read_text())
+    exact, rsc = data["methods"]["exact"], data["methods"]["rsc"]
+    split = exact["products"]
+    assert split["sampled"]["calls"] == split["narrow"]["calls"] == 16  # one each per epoch
+    assert (
+        split["sampled"]["calls"] + split["narrow"]["calls"]
+        == (exact["pieces"]["backward (all)"]["calls"])
+    )
+    assert exact["products"]["visited_approx"] is None  # no approximate phase
+    v = rsc["products"]["visited_approx"]
+    assert 0 < v < 1
+    c = data["ceiling"]
+    assert c["visited"] == v and c["exact_epoch_ms"] == exact["epoch_ms_mean"]["exact"]
+    assert 0 < c["sampled_share"] < 1
+    e, x = c["exact_epoch_ms"], c["sampled_ms_per_epoch"]
+    assert c["free"] == e / (e - x) and c["free"] > c["at_visited"] > 1
+    assert c["at_visited"] == e / (e - (1 - v) * x)
+    assert c["measured_mean"] == e / rsc["epoch_ms_mean"]["approx"]
+    assert "ceiling: the products RSC samples take" in printed

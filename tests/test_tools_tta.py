@@ -76,6 +76,8 @@ def test_tta_sweep_records_the_first_crossing_of_each_variant(tmp_path):
                     "--variant", "c1:cache_interval=1", "--out", str(out))  # fmt: skip
     sweep = json.loads(out.read_text())
     assert sweep["device"] == "cpu" and sweep["torch"]
+    env = sweep["environment"]  # the CPU a sweep's times come from, as the other tools say
+    assert env["device"] == "cpu" and env["cpus"] >= 1 and "cpu_caches" in env and env["date"]
     assert sweep["warmup_epochs"] == 12  # untimed runs first, none of them recorded
     assert sorted(sweep["runs"]) == sorted(f"{v}-seed{s}" for v in ("exact", "b05", "c1")
                                            for s in (0, 1))  # fmt: skip

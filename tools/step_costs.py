@@ -9,8 +9,14 @@ probe, the non-finite check) with wall-clock timers, and prints per piece its ca
 median milliseconds per call and the milliseconds per epoch (its first call, which may
 compile kernels, left out), with the median and the mean epoch time per phase (epochs after
 the first; the mean carries the refreshes and tunes, which the median leaves out).
-The numbers are the process's own: run it on a quiet machine and compare pieces within one
-run.
+
+It also says how much faster RSC can make this config's epoch at all (``ceiling``): the exact
+run's backward products are split into those RSC samples (``dY`` at least ``rsc.min_width``
+columns wide) and the narrow ones it leaves exact; with ``E`` the exact epoch and ``X`` the
+sampled products' milliseconds per epoch, a free sampled product gives ``E / (E - X)``, and
+one that costs the visited fraction ``v`` of them (RSC's approximate phase) ``E / (E - (1 -
+v) X)``. ``kept`` is the share of that saving RSC's measured approximate epoch keeps. The
+numbers are the process's own: run it on a quiet machine and compare pieces within one run.
 
 Example::
 
@@ -36,7 +42,7 @@ from bench_common import machine, write_json
 
 import dgl_rsc.core.layer_state as layer_state
 import dgl_rsc.core.slot as slot
-from dgl_rsc.launcher.train import prepare, train_one
+from dgl_rsc.launcher.train import prepare, train_one, warm_up
 from dgl_rsc.launcher.yaml_io import load_config
 from dgl_rsc.sampling.remainder import Groups
 
@@ -85,9 +91,68 @@ def timed(calls: dict):
             setattr(owner, attr, fn)
 
 
+@contextlib.contextmanager
+def products(rows: list):
+    """Record every backward product of training: seconds, phase, ``dY``'s width, and the
+    non-zeros it had and visited (the layer's counters before and after the call)."""
+    fn = slot.LayerSlot.backward_product
+
+    def wrapper(self, A, dY, *a, **k):
+        stats = self.state.stats
+        stats.fold()
+        before, start = (stats.nnz_exact, stats.nnz_visited), time.perf_counter()
+        try:
+            return fn(self, A, dY, *a, **k)
+        finally:
+            seconds = time.perf_counter() - start
+            stats.fold()
+            rows.append({"s": seconds, "phase": self.step.phase, "width": int(dY.shape[1]),
+                         "nnz": stats.nnz_exact - before[0],
+                         "visited": stats.nnz_visited - before[1]})  # fmt: skip
+
+    slot.LayerSlot.backward_product = wrapper
+    try:
+        yield
+    finally:
+        slot.LayerSlot.backward_product = fn
+
+
+def sampled_side(rows: list, min_width: int, epochs: int) -> dict:
+    """The products RSC samples (``dY`` at least ``min_width`` wide) and the narrow ones:
+    their calls, milliseconds per epoch (the median call times calls per epoch, so that the
+    first, compiling, call does not count) and, in the approximate phase, the visited
+    fraction of the sampled ones' non-zeros."""
+    out = {}
+    for side, keep in (("sampled", True), ("narrow", False)):
+        t = [r["s"] for r in rows if (r["width"] >= min_width) == keep]
+        per_epoch = 1e3 * statistics.median(t) * len(t) / epochs if t else 0.0
+        out[side] = {"calls": len(t), "ms_per_epoch": per_epoch}
+    approx = [r for r in rows if r["phase"] == "approx" and r["width"] >= min_width]
+    nnz = sum(r["nnz"] for r in approx)
+    out["visited_approx"] = sum(r["visited"] for r in approx) / nnz if nnz else None
+    return out
+
+
+def ceiling(exact: dict, rsc: dict) -> dict:
+    """How much faster the approximate epoch can be than exact's, and how much of it RSC keeps
+    (see the module docstring); ``None`` where the runs give no basis for it."""
+    e = exact["epoch_ms_mean"]["exact"]
+    x = exact["products"]["sampled"]["ms_per_epoch"]
+    v = rsc["products"]["visited_approx"]
+    r = rsc["epoch_ms_mean"].get("approx")
+    out = {"exact_epoch_ms": e, "sampled_ms_per_epoch": x, "sampled_share": x / e,
+           "visited": v, "free": e / (e - x) if x < e else None,
+           "at_visited": None, "measured_mean": e / r if r else None, "kept": None}  # fmt: skip
+    if v is not None and x > 0:
+        saving = (1 - v) * x
+        out["at_visited"] = e / (e - saving)
+        out["kept"] = (e - r) / saving if r and saving > 0 else None
+    return out
+
+
 def measure(cfg, prep, method: str) -> dict:
-    calls = defaultdict(list)
-    with timed(calls):
+    calls, rows = defaultdict(list), []
+    with timed(calls), products(rows):
         rec = train_one(cfg, prep, method, cfg.train.seeds[0], progress=False)
     hist = rec["history"]
     epochs = len(hist)
@@ -107,7 +172,8 @@ def measure(cfg, prep, method: str) -> dict:
         }
     return {"epoch_ms": {p: statistics.median(v) for p, v in phases.items()},
             "epoch_ms_mean": {p: statistics.mean(v) for p, v in phases.items()},
-            "pieces": pieces, "test": rec["best"]["test"]}  # fmt: skip
+            "pieces": pieces, "test": rec["best"]["test"],
+            "products": sampled_side(rows, cfg.rsc.min_width, epochs)}  # fmt: skip
 
 
 def main():
@@ -121,6 +187,9 @@ def main():
             "train.checkpoint_every=0"]  # fmt: skip
     cfg = load_config(args.config, sets)
     prep = prepare(cfg)
+    # untimed epochs of both methods first, as the launcher does: the first approximate step
+    # loads RSC's kernels (about 0.25 s), which would land in the measured epochs
+    warm_up(cfg, prep, [(cfg.train.seeds[0], m) for m in ("exact", "rsc")])
     out = {"machine": machine(prep.device), "command": " ".join(sys.argv),
            "config": args.config, "threads": torch.get_num_threads(), "methods": {}}  # fmt: skip
     for method in ("exact", "rsc"):
@@ -132,7 +201,24 @@ def main():
         for name, r in row["pieces"].items():
             print(f"   {name:44s} {r['calls']:5d} calls  median {r['median_ms']:8.2f} ms  "
                   f"{r['ms_per_epoch']:8.2f} ms/epoch", flush=True)  # fmt: skip
+    out["ceiling"] = c = ceiling(out["methods"]["exact"], out["methods"]["rsc"])
+    print(_ceiling_line(c), flush=True)
     write_json(args.out, out)
+
+
+def _ceiling_line(c: dict) -> str:
+    def x(value):
+        return "n/a" if value is None else f"{value:.3f}x"
+
+    v = "n/a" if c["visited"] is None else f"{c['visited']:.2f}"
+    kept = "n/a" if c["kept"] is None else f"{100 * c['kept']:.0f}%"
+    return (
+        f"ceiling: the products RSC samples take {c['sampled_ms_per_epoch']:.1f} ms of the "
+        f"{c['exact_epoch_ms']:.1f} ms exact epoch ({100 * c['sampled_share']:.1f}%); free "
+        f"they would make it {x(c['free'])} faster, at the visited fraction {v} "
+        f"{x(c['at_visited'])}; measured (mean epochs) {x(c['measured_mean'])}, "
+        f"{kept} of that saving kept"
+    )
 
 
 if __name__ == "__main__":

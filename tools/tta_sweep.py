@@ -25,7 +25,7 @@ import sys
 import time
 
 import torch
-from bench_common import parse_variant
+from bench_common import machine, parse_variant
 
 from dgl_rsc.base.atomic import atomic_write
 from dgl_rsc.launcher.schema import resolve
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
               "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(),
               "device": _device_name(prep.device), "torch": torch.__version__,
               "warmup_epochs": args.warmup_epochs if variants else 0,
-              "runs": {}}  # fmt: skip
+              "environment": machine(prep.device), "runs": {}}  # fmt: skip
     methods = ["exact"] + (["rsc"] if variants else [])
     warm = _config(args.config, {}, [*base, f"train.warmup_epochs={args.warmup_epochs}"])
     warm_up(warm, prep, [(args.seeds[0], m) for m in methods])  # as the launcher does
