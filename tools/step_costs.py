@@ -107,7 +107,7 @@ def products(rows: list):
             seconds = time.perf_counter() - start
             stats.fold()
             rows.append({"s": seconds, "phase": self.step.phase, "width": int(dY.shape[1]),
-                         "nnz": stats.nnz_exact - before[0],
+                         "layer": self.state.index, "nnz": stats.nnz_exact - before[0],
                          "visited": stats.nnz_visited - before[1]})  # fmt: skip
 
     slot.LayerSlot.backward_product = wrapper
@@ -119,14 +119,18 @@ def products(rows: list):
 
 def sampled_side(rows: list, min_width: int, epochs: int) -> dict:
     """The products RSC samples (``dY`` at least ``min_width`` wide) and the narrow ones:
-    their calls, milliseconds per epoch (the median call times calls per epoch, so that the
-    first, compiling, call does not count) and, in the approximate phase, the visited
-    fraction of the sampled ones' non-zeros."""
+    their calls, milliseconds per epoch (per product, its median call times its calls per
+    epoch, so that a first, compiling, call does not count) and, in the approximate phase,
+    the visited fraction of the sampled ones' non-zeros."""
     out = {}
     for side, keep in (("sampled", True), ("narrow", False)):
-        t = [r["s"] for r in rows if (r["width"] >= min_width) == keep]
-        per_epoch = 1e3 * statistics.median(t) * len(t) / epochs if t else 0.0
-        out[side] = {"calls": len(t), "ms_per_epoch": per_epoch}
+        per_layer = defaultdict(list)
+        for r in rows:
+            if (r["width"] >= min_width) == keep:
+                per_layer[r["layer"]].append(r["s"])
+        ms = sum(statistics.median(t) * len(t) for t in per_layer.values())
+        out[side] = {"calls": sum(len(t) for t in per_layer.values()),
+                     "ms_per_epoch": 1e3 * ms / epochs}  # fmt: skip
     approx = [r for r in rows if r["phase"] == "approx" and r["width"] >= min_width]
     nnz = sum(r["nnz"] for r in approx)
     out["visited_approx"] = sum(r["visited"] for r in approx) / nnz if nnz else None
