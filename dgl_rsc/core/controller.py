@@ -212,6 +212,17 @@ class RSCController:
         since = self.step_count - self.config.warmup_steps
         if self.phase() == "approx" and since % self.config.tune_interval == 0:
             self.solve()
+        if self.phase() == "exact":
+            self._release_samples()
+
+    def _release_samples(self) -> None:
+        """After the switch to the exact backward (the schedule's or the guard's), drop the
+        products' cached samples and remainder slices: no backward reads them again, and on
+        a large graph they hold about a copy of the matrix. Scores, counters and the cached
+        structures stay (the exact backward uses the structures)."""
+        for s in self.layers:
+            if s.cache_bytes():
+                s.clear_cache()
 
     def solve(self) -> None:
         """Re-allocate the budget across products: from their error curves under

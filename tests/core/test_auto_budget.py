@@ -139,6 +139,7 @@ def test_guard_switches_to_exact_when_the_approximation_is_useless():
     assert [a["action"] for a in actions] == ["raise", "exact"], actions
     assert all(a["signal"] == "error" for a in actions)
     assert ctl.phase() == "exact" and ctl.config.switch_step == 160
+    assert ctl.stats()["cache_bytes"] == 0  # the guard's switch released the samples too
 
     # once exact, every product is exact
     def calls(kind):

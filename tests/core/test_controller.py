@@ -123,6 +123,24 @@ def test_switch_makes_backward_exact_and_free(A):
     assert after["select_seconds"] == before["select_seconds"]
 
 
+@pytest.mark.parametrize("groups", [0, 10])
+def test_switch_releases_the_cached_samples(A, groups):
+    """The samples and remainder slices are dropped at the switch (nothing reads them
+    again); the scores and counters stay."""
+    rsc = RSCController(min_width=0, budget=0.2, warmup_steps=0, total_steps=10, switch_at=0.5,
+                        cache_interval=10, remainder_groups=groups)  # fmt: skip
+    X = torch.randn(600, 8, requires_grad=True)
+    G = torch.randn(600, 8)
+    for _ in range(4):
+        run_step(rsc, [A], X, G)
+    assert rsc.phase() == "approx" and rsc.stats()["cache_bytes"] > 0
+    run_step(rsc, [A], X, G)  # the fifth step() is the switch
+    assert rsc.phase() == "exact" and rsc.stats()["cache_bytes"] == 0
+    assert rsc.layers[0].ema is not None and rsc.stats()["layers"][0]["approx_calls"] == 5
+    torch.testing.assert_close(run_step(rsc, [A], X, G), A.to_dense().t() @ G, rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
+
+
 def test_layers_by_call_order_and_solver_allocation():
     A = power_law_csr(800, 10.0, seed=1)
     B = power_law_csr(800, 3.0, seed=2)
