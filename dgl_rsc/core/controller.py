@@ -1,9 +1,9 @@
 """``RSCController``: the step counter, the layers' states, the budget solver and switching.
 
-One controller drives one model's training run. Products are identified either by call
-order within a step (the DGL patch: the i-th approximated product of a step is product i) or
-by attachment (:func:`dgl_rsc.nn.attach` gives each drop-in conv its own slots). Call
-:meth:`RSCController.step` once per optimizer step, like an LR scheduler.
+One controller drives one model's training run. Products are identified by call order within
+a step (the DGL patch: the i-th approximated product of a step is product i) or by attachment
+(:func:`dgl_rsc.nn.attach` gives each drop-in conv its own slots). Call ``step()`` once per
+optimizer step, like an LR scheduler.
 
 State flows one way: the controller reads the layers' scores, solves and keeps the allocation;
 each product gets an immutable :class:`~.step_info.StepInfo` (phase, cache period, allocation)
@@ -30,9 +30,8 @@ __all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP", "MISSING_STEP_MESSAGE"]
 
 log = logging.getLogger(__name__)
 
-#: More approximated products than this in one step (with no backward among them) almost
-#: surely means that ``step()`` is never called; the controller then warns once and maps the
-#: next products onto the first states again instead of growing forever.
+#: More approximated products in one step (no backward among them) almost surely means no
+#: ``step()`` calls: the controller warns once and maps the next onto the first states again.
 MAX_PRODUCTS_PER_STEP = 1024
 #: tune records kept for ``stats()["budgets"]`` (the most recent)
 MAX_LOG = 1000
@@ -212,17 +211,8 @@ class RSCController:
         since = self.step_count - self.config.warmup_steps
         if self.phase() == "approx" and since % self.config.tune_interval == 0:
             self.solve()
-        if self.phase() == "exact":
-            self._release_samples()
-
-    def _release_samples(self) -> None:
-        """After the switch to the exact backward (the schedule's or the guard's), drop the
-        products' cached samples and remainder slices: no backward reads them again, and on
-        a large graph they hold about a copy of the matrix. Scores, counters and the cached
-        structures stay (the exact backward uses the structures)."""
-        for s in self.layers:
-            if s.cache_bytes():
-                s.clear_cache()
+        if self.phase() == "exact":  # switched: no backward reads the samples again
+            self.clear_cache(structures=False)
 
     def solve(self) -> None:
         """Re-allocate the budget across products: from their error curves under
@@ -244,10 +234,8 @@ class RSCController:
         fr = [self.config.fraction if s.curve is None else
               fraction_for_error(s.curve, self.target_error) for s in ready]  # fmt: skip
         fr = self._agree_max(fr)
-        self.allocation = {
-            s.index: (int(round(f * float(s.row_nnz.sum()))), s.generation)
-            for s, f in zip(ready, fr)
-        }  # fmt: skip
+        self.allocation = {s.index: (int(round(f * float(s.row_nnz.sum()))), s.generation)
+                           for s, f in zip(ready, fr)}  # fmt: skip
         self.alloc_version += 1
         self.last_allocation = None
 
@@ -267,9 +255,8 @@ class RSCController:
         errors = self._agree_max([-1.0 if e is None else e for e in errors])
         errors = [None if e < 0 else e for e in errors]
         entry = {"step": self.step_count, "fractions": fracs, "errors": errors}
-        entry["target_error" if self.config.auto else "budget"] = (
-            self.target_error if self.config.auto else min(self.config.fraction * self.boost, 1)
-        )
+        entry["target_error" if self.config.auto else "budget"] = (self.target_error
+            if self.config.auto else min(self.config.fraction * self.boost, 1))  # fmt: skip
         self.budget_log.append(entry)
         del self.budget_log[:-MAX_LOG]
         if self.guard is None:
@@ -336,11 +323,13 @@ class RSCController:
         return first
 
     # -- housekeeping ---------------------------------------------------------------------------
-    def clear_cache(self) -> None:
-        """Drop every product's cached sample and the cached structures."""
+    def clear_cache(self, structures: bool = True) -> None:
+        """Drop every product's cached sample and remainder slices, and the cached structures
+        unless ``structures=False`` (what every step after the switch to exact does)."""
         for s in self.layers:
             s.clear_cache()
-        self.structures.clear()
+        if structures:
+            self.structures.clear()
 
     def stats(self) -> dict:
         """What RSC did: per-product rows kept, non-zeros visited vs exact, cache use, timing.
