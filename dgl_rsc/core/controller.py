@@ -204,14 +204,14 @@ class RSCController:
         self._advance()
 
     def _advance(self) -> None:
+        was = self.phase()
         self.step_count += 1
-        self._calls = 0
-        self._bound = 0
+        self._calls = self._bound = 0
         self._step_backwards = self._backward_total()
         since = self.step_count - self.config.warmup_steps
         if self.phase() == "approx" and since % self.config.tune_interval == 0:
             self.solve()
-        if self.phase() == "exact":  # switched: no backward reads the samples again
+        if self.phase() == "exact" and was != "exact":  # switched: no backward reads them again
             self.clear_cache(structures=False)
 
     def solve(self) -> None:
@@ -325,7 +325,7 @@ class RSCController:
     # -- housekeeping ---------------------------------------------------------------------------
     def clear_cache(self, structures: bool = True) -> None:
         """Drop every product's cached sample and remainder slices, and the cached structures
-        unless ``structures=False`` (what every step after the switch to exact does)."""
+        unless ``structures=False`` (what the switch to exact does)."""
         for s in self.layers:
             s.clear_cache()
         if structures:
