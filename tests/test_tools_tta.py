@@ -127,20 +127,51 @@ def test_interleaved_epochs_times_each_setting_on_the_overridden_config(tmp_path
     """``tools/interleaved_epochs.py`` as the GPU suite's ``mean`` stage runs it: ``--set``
     overrides the base config (here a switch to the exact backward from the first step, which
     every variant inherits), each variant its own RSC keys (a switch that never comes within
-    the rounds), and the JSON says on which device the epochs ran."""
+    the rounds; with ``total_steps``, one that comes where the schedule puts it, so that RSC's
+    exact phase can be timed), and the JSON says on which device the epochs ran."""
     cfg = write_config(tmp_path, train={"epochs": 6})
     out = tmp_path / "interleaved.json"
     printed = _tool("interleaved_epochs.py", cfg, "--rounds", "3", "--warmup", "1",
                     "--set", "train.device=cpu", "--set", "rsc.switch_at=0.0",
                     "--variant", "base:", "--variant", "late:switch_at=0.9",
+                    "--variant", "after:switch_at=0.75,total_steps=4",
                     "--out", str(out))  # fmt: skip
     res = json.loads(out.read_text())
     assert res["sets"] == ["train.device=cpu", "rsc.switch_at=0.0"]
     assert res["device"] == "cpu" and res["gpu"] is None
-    assert set(res["mean_epoch_s"]) == {"exact", "base", "late"}
+    assert set(res["mean_epoch_s"]) == {"exact", "base", "late", "after"}
     assert res["ratio_to_exact"]["exact"] == 1.0
     assert all(v > 0 for v in res["mean_epoch_s"].values())
     visited = res["visited_fraction"]
     assert visited["exact"] == 1.0 and visited["base"] == 1.0  # exact from the first step
     assert visited["late"] < 0.9, visited  # sampled: the override reached only the base
+    # two warm-up steps, one sampled, then the switch at step 3 of 4
+    assert res["phase_at_end"] == {"exact": "exact", "base": "exact", "late": "approx",
+                                   "after": "exact"}  # fmt: skip
+    assert visited["late"] < visited["after"] < 1.0, visited
     assert "late" in printed
+
+
+def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
+    """``tools/budget_profile_sweep.py`` (issue 22's budget time profile): each tune's budget
+    follows the variant's profile, falling from B0 for ``early``, rising towards exact for
+    ``late``, and a malformed profile is refused before training."""
+    cfg = write_config(tmp_path, train={"epochs": 8})
+    out = tmp_path / "profile.json"
+    _tool("budget_profile_sweep.py", cfg, "--variant", "flat:", "--variant",
+          "early:profile=early-0.9-1.0", "--variant", "late:profile=late-0.25",
+          "--warmup-epochs", "1", "--out", str(out))  # fmt: skip
+    runs = json.loads(out.read_text())["runs"]
+    logged = {v: [t["budget"] for t in runs[f"{v}-seed0"]["rsc_stats"]["budgets"]]
+              for v in ("flat", "early", "late")}  # fmt: skip
+    assert len(logged["flat"]) >= 3 and set(logged["flat"]) == {0.3}, logged
+    # tunes at steps 1, 3, 5 of 8 (t = 1/8, 3/8, 5/8; the switch at 0.8)
+    assert logged["early"] == pytest.approx([0.9 - 0.6 * t for t in (1 / 8, 3 / 8, 5 / 8)])
+    late = [0.3 + 0.7 * max(t - 0.25, 0) / 0.55 for t in (1 / 8, 3 / 8, 5 / 8)]
+    assert logged["late"] == pytest.approx(late)
+    env = {**os.environ, "PYTHONPATH": REPO}
+    done = run_cmd([sys.executable, os.path.join(TOOLS, "budget_profile_sweep.py"), cfg,
+                    "--variant", "bad:profile=middle-0.5", "--out", str(tmp_path / "x.json")],
+                   env=env, cwd=REPO, timeout=120)  # fmt: skip
+    assert done.returncode != 0 and "expected early-B0-U" in done.stderr
+    assert not (tmp_path / "x.json").exists()

@@ -19,6 +19,10 @@
 #            RSC default, cache_interval 1, budget 0.3, budget auto)
 #   rem      time to accuracy on the 200k preset (native engine, seeds $TTA_SEEDS, default 0-4):
 #            exact, RSC's defaults, tune_interval 10 (the default before 2026-11-26), budget auto
+#   now      time to accuracy on the 200k preset (native engine, seeds $TTA_SEEDS, default 0-4):
+#            exact, RSC's defaults, budget auto, switch_at 0.9
+#   pyg      the launcher as a PyG user runs the 200k preset (engine pyg: stock PyG, exact,
+#            RSC; seeds $PYG_SEEDS, default 0 1); results.json and metrics.csv to RESULTS_DIR
 #   mean     the 200k preset's mean and median epoch, RSC's defaults and tune_interval 10 against
 #            exact, interleaved epoch by epoch (tools/interleaved_epochs.py, 120 rounds)
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
@@ -67,6 +71,14 @@ for stage in $stages; do
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
                --variant default: --variant t10:tune_interval=10 --variant auto:budget=auto \
                --out "$out/tta_remainder.json" ;;
+    now)     $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+               --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
+               --variant default: --variant auto:budget=auto --variant sw09:switch_at=0.9 \
+               --out "$out/tta_now.json" ;;
+    pyg)     seeds=${PYG_SEEDS:-0 1}; tmp=$(mktemp -d)
+             $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
+               --set train.engine=pyg --set "train.seeds=[${seeds// /,}]" --out "$tmp/run" 2>&1 | tail -14
+             for f in results.json metrics.csv table.txt; do cp "$tmp/run/$f" "$out/pyg_$f" || status=1; done ;;
     mean)    $py tools/interleaved_epochs.py yaml_configs/synthetic_200k_gcn.yaml --rounds 120 \
                --set train.device=cuda --variant default: --variant t10:tune_interval=10 \
                --out "$out/interleaved_200k.json" ;;

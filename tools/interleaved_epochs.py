@@ -3,12 +3,17 @@
 On a shared machine the load changes on the scale of seconds; timing whole runs one after the
 other then compares machine states, not settings. Here every setting trains its own model on
 the same graph and the settings take turns one epoch at a time, so each round sees about the
-same load; the ratio of the per-setting medians is what the setting changes in a typical
+same load (the order rotates from round to round, so that none always follows the same
+other); the ratio of the per-setting medians is what the setting changes in a typical
 epoch, the ratio of the means what it changes over the run (the refresh and tune epochs
 included: time ``--rounds`` in multiples of the cache and tune intervals).
 
     python tools/interleaved_epochs.py yaml_configs/quickstart.yaml --rounds 40 \
         --variant c10: --variant c1:cache_interval=1 --out results/interleaved_qs.json
+
+A variant with ``total_steps`` switches to the exact backward where the schedule says (at
+``switch_at`` of it): with the switch inside ``--warmup`` the timed rounds are RSC's exact
+phase, e.g. ``--warmup 20 --variant after:total_steps=20``.
 """
 
 from __future__ import annotations
@@ -48,8 +53,9 @@ def main(argv=None) -> int:
             p.error(f"--variant {text!r}: only rsc keys vary here (the graph and model are "
                     "shared); give the others with --set")  # fmt: skip
         sets = {k[len("rsc.") :]: v for k, v in sets.items()}
-        try:  # never switches to exact here
-            variants[name] = cfg.rsc.replace(total_steps=10**9, **sets)
+        try:  # never switches to exact here, unless the variant gives total_steps (then the
+            # schedule's switch falls where it says: the exact phase after it can be timed)
+            variants[name] = cfg.rsc.replace(**{"total_steps": 10**9, **sets})
         except (ConfigError, TypeError) as e:
             p.error(f"--variant {text!r}: {e}")
     prep = prepare(cfg)
@@ -61,8 +67,11 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         runs[name] = _setup(dataclasses.replace(cfg, rsc=rsc), prep, "rsc")
     times = {k: [] for k in runs}
+    names = list(runs)
     for r in range(total):
-        for name, run in runs.items():
+        # the order rotates every round, so that no setting always runs after the same one
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            run = runs[name]
             with run.ctx:
                 t = _train_step(run, prep)["epoch_s"]
             if r >= args.warmup:
@@ -77,14 +86,16 @@ def main(argv=None) -> int:
               "mean_epoch_s": mean,
               "mean_ratio_to_exact": {k: mean["exact"] / v for k, v in mean.items()},
               "visited_fraction": {k: (r.ctl.stats()["visited_fraction"] if r.ctl else None)
-                                   for k, r in runs.items()}}  # fmt: skip
+                                   for k, r in runs.items()},
+              "phase_at_end": {k: (r.ctl.phase() if r.ctl else "exact")
+                               for k, r in runs.items()}}  # fmt: skip
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     for k in runs:
         print(
             f"{k:10s} median {med[k] * 1000:8.1f} ms  x{result['ratio_to_exact'][k]:.3f}  "
             f"mean {mean[k] * 1000:8.1f} ms  x{result['mean_ratio_to_exact'][k]:.3f}  "
-            f"visited {result['visited_fraction'][k]}"
+            f"visited {result['visited_fraction'][k]}  phase {result['phase_at_end'][k]}"
         )
     return 0
 
