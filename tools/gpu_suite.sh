@@ -22,7 +22,8 @@
 #   now      time to accuracy on the 200k preset (native engine, seeds $TTA_SEEDS, default 0-4):
 #            exact, RSC's defaults, budget auto, switch_at 0.9
 #   pyg      the launcher as a PyG user runs the 200k preset (engine pyg: stock PyG, exact,
-#            RSC; seeds $PYG_SEEDS, default 0 1); results.json and metrics.csv to RESULTS_DIR
+#            RSC; seeds $PYG_SEEDS, default 0 1); its results.json, metrics.csv and table.txt
+#            to RESULTS_DIR as pyg_*
 #   mean     the 200k preset's mean and median epoch, RSC's defaults and tune_interval 10 against
 #            exact, interleaved epoch by epoch (tools/interleaved_epochs.py, 120 rounds)
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
