@@ -6,7 +6,7 @@ A config has these sections::
     dataset: {name: synthetic, root: null, <loader parameters>}
     model:   {name: gcn, hidden: 256, layers: 3, dropout: 0.5, ...}
     train:   {epochs: 200, lr: 0.01, optimizer: adam, seeds: [0, 1], engine: native, ...}
-    rsc:     {budget: 0.1, ...}     # RSCConfig keys; `rsc: null` trains exact only
+    rsc:     {budget: 0.2, ...}     # RSCConfig keys; `rsc: null` trains exact only
     compare: true                   # exact and RSC runs with the same seeds
     distributed: {partitions: 4, ...}  # optional: one graph across processes (dist_schema)
     minibatch: {num_parts: 40, ...}    # with train.mode cluster or saint (mb_schema)
