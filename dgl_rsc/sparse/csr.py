@@ -349,8 +349,12 @@ class CSR:
         return out
 
     def nbytes(self) -> int:
-        """Bytes held by the index and value tensors."""
+        """Bytes held by the index and value tensors (and a renumbered copy of the indices,
+        :mod:`dgl_rsc.sparse.compact`, where one was made)."""
         total = self.indptr.numel() * self.indptr.element_size()
+        copy = getattr(self._s, "_compact", None)  # (structure, cols) of sparse/compact.py
+        if copy is not None:
+            total += sum(t.numel() * t.element_size() for t in (copy[0].indices, copy[1]))
         total += self.indices.numel() * self.indices.element_size()
         if self.values is not None:
             total += self.values.numel() * self.values.element_size()

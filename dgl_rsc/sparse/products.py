@@ -21,6 +21,7 @@ import torch
 from ..base import _deps
 from ..dgl import kernels as dgl_kernels
 from ..int8.spmm import int8_csr_mm
+from . import compact
 from .buffers import OutputPool
 from .csr import CSR
 
@@ -227,8 +228,10 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
     ``col_weight``: one ``(N,)`` weight ``w`` for every matrix, or a list of one per matrix
     (``None`` entries: no weight). No autograd, no INT8 (``scales.quant`` must be ``None``).
 
-    ``X`` is scaled once per distinct weight, each product adds into one output and the row
-    scale and ``row_add`` are applied in one pass. On the CPU where DGL imports, DGL's kernel
+    ``X`` is scaled once per distinct weight (on the CPU, a matrix that reads at most half
+    of ``X``'s rows gets them gathered and scaled instead: :mod:`dgl_rsc.sparse.compact`),
+    each product adds into one output and the row scale and ``row_add`` are applied in one
+    pass. On the CPU where DGL imports, DGL's kernel
     adds into a buffer of ``pool`` (valid while the caller holds it, as :func:`csr_mm`'s);
     elsewhere ``torch.sparse`` (cuSPARSE on CUDA, ``addmm_``). fp16/bf16 run in fp32 on the
     CPU.
@@ -250,22 +253,30 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
             scaled[id(w)] = _col_scaled(X, scales.col, w)
         return scaled[id(w)]
 
+    def factor_operand(A, w):  # (structure, operand): on the CPU, X's rows that A reads,
+        col = _col_factor(scales.col, w, X.dtype)  # gathered and scaled where that is cheaper
+        if X.device.type == "cpu" and compact.pays(A._s, col):
+            s, cols = compact.compacted(A._s)
+            return s, compact.gathered(X, cols, col)
+        return A._s, operand(w)
+
     live = [(A, w) for A, w in zip(mats, weights) if A.nnz > 0]
     if live and dgl_kernels.usable(X) and all(_nonempty(A, X) for A, _ in live):
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
         for A, w in live:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
-            dgl_kernels.spmm_add(A._s, vals, operand(w), out)
+            s, Xw = factor_operand(A, w)
+            dgl_kernels.spmm_add(s, vals, Xw, out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
     for A, w in live:  # torch.sparse: the column factor goes into the values where cheaper
-        vals, Xw = A.values_or_ones(X.dtype).detach().contiguous(), X
+        vals, Xw, s = A.values_or_ones(X.dtype).detach().contiguous(), X, A._s
         col = _col_factor(scales.col, w, X.dtype)
         if col is not None and _folds(A.nnz, X):
             vals = _folded(A.indices, vals, col, X.dtype)
         elif col is not None:
-            Xw = operand(w)
-        S = _torch_csr(A.indptr, A.indices, vals, shape)
+            s, Xw = factor_operand(A, w)
+        S = _torch_csr(s.indptr, s.indices, vals, s.shape)
         out = torch.sparse.mm(S, Xw) if out is None else out.addmm_(S, Xw)
     if out is None:
         out = X.new_zeros((shape[0], X.shape[1]))
