@@ -31,7 +31,7 @@ from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
 from dgl_rsc.sparse import compact
 
-MODES = {"gathered": compact.MAX_SHARE, "whole": -1.0}  # -1: no product gathers
+MODES = {"gathered": compact.pays, "whole": lambda structure, factor: False}
 
 
 def _timed_pair(step_product, times: dict, equal: list, gathers: dict):
@@ -44,14 +44,14 @@ def _timed_pair(step_product, times: dict, equal: list, gathers: dict):
         outs = {}
         try:
             for name in names:
-                compact.MAX_SHARE = MODES[name]
+                compact.pays = MODES[name]
                 compact.gathered = _counting(gather, gathers, name)
                 t = time.perf_counter()
                 out = step_product(*args, **kwargs)
                 times[name].append(time.perf_counter() - t)
                 outs[name] = (out[0].clone(), out[1])
         finally:
-            compact.MAX_SHARE, compact.gathered = MODES["gathered"], gather
+            compact.pays, compact.gathered = MODES["gathered"], gather
         equal.append(torch.equal(outs["gathered"][0], outs["whole"][0]))
         return outs["gathered"]
 

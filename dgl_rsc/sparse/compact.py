@@ -29,20 +29,27 @@ __all__ = ["compacted", "gathered", "pays"]
 MAX_SHARE = 0.5
 
 
-def compacted(structure) -> tuple:
+_UNDECIDED = object()
+
+
+def compacted(structure) -> Optional[tuple]:
     """``(structure_c, cols)``: ``structure`` ``(M, N)`` with its columns renumbered to the
     ``C`` it uses, ``(M, C)``, and ``cols (C,)`` int64, ascending, the original column of
-    each new one. Computed once per structure and kept with it."""
-    cached = getattr(structure, "_compact", None)
-    if cached is None:
+    each new one; ``None`` where it uses more than :data:`MAX_SHARE` of its columns (or has
+    no entries). Decided, and the copy made, once per structure and kept with it."""
+    cached = getattr(structure, "_compact", _UNDECIDED)
+    if cached is _UNDECIDED:
         structure.check_unchanged()
         idx = structure.indices.long()
         used = torch.zeros(structure.shape[1], dtype=torch.bool, device=idx.device)
         used[idx] = True
         cols = used.nonzero().squeeze(1)
-        new_id = torch.cumsum(used, 0) - 1  # new id of each used column
-        renum = new_id.index_select(0, idx).to(structure.indices.dtype)
-        cached = (_Structure(structure.indptr, renum, (structure.shape[0], cols.numel())), cols)
+        cached = None
+        if 0 < cols.numel() <= MAX_SHARE * structure.shape[1]:
+            new_id = torch.cumsum(used, 0) - 1  # new id of each used column
+            renum = new_id.index_select(0, idx).to(structure.indices.dtype)
+            shape = (structure.shape[0], cols.numel())
+            cached = (_Structure(structure.indptr, renum, shape), cols)
         structure._compact = cached
     return cached
 
@@ -50,16 +57,8 @@ def compacted(structure) -> tuple:
 def pays(structure, factor: Optional[torch.Tensor]) -> bool:
     """Whether a product of ``structure`` with an operand scaled by ``factor`` gathers the
     operand's rows: there is a factor (an unscaled operand is read in place) and the matrix
-    reads at most :data:`MAX_SHARE` of the rows."""
-    if factor is None or structure.indices.numel() == 0:
-        return False
-    used = getattr(structure, "_used_cols", None)
-    if used is None:  # counted once per structure; the copy is made only where it pays
-        structure.check_unchanged()
-        flags = torch.zeros(structure.shape[1], dtype=torch.bool, device=factor.device)
-        flags[structure.indices.long()] = True
-        used = structure._used_cols = int(flags.sum())
-    return used <= MAX_SHARE * structure.shape[1]
+    reads at most :data:`MAX_SHARE` of the rows (:func:`compacted` is not ``None``)."""
+    return factor is not None and compacted(structure) is not None
 
 
 def gathered(X: torch.Tensor, cols: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:

@@ -253,8 +253,9 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
             scaled[id(w)] = _col_scaled(X, scales.col, w)
         return scaled[id(w)]
 
-    def factor_operand(A, w):  # (structure, operand): on the CPU, X's rows that A reads,
-        col = _col_factor(scales.col, w, X.dtype)  # gathered and scaled where that is cheaper
+    def factor_operand(A, w, col):
+        """``(structure, operand)``: on the CPU, the rows of ``X`` that ``A`` reads, gathered
+        and scaled by ``col`` where that pays; else ``X`` scaled whole (once per weight)."""
         if X.device.type == "cpu" and compact.pays(A._s, col):
             s, cols = compact.compacted(A._s)
             return s, compact.gathered(X, cols, col)
@@ -265,7 +266,7 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
         for A, w in live:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
-            s, Xw = factor_operand(A, w)
+            s, Xw = factor_operand(A, w, _col_factor(scales.col, w, X.dtype))
             dgl_kernels.spmm_add(s, vals, Xw, out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
@@ -275,7 +276,7 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         if col is not None and _folds(A.nnz, X):
             vals = _folded(A.indices, vals, col, X.dtype)
         elif col is not None:
-            s, Xw = factor_operand(A, w)
+            s, Xw = factor_operand(A, w, col)
         S = _torch_csr(s.indptr, s.indices, vals, s.shape)
         out = torch.sparse.mm(S, Xw) if out is None else out.addmm_(S, Xw)
     if out is None:

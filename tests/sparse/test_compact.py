@@ -51,6 +51,7 @@ def test_pays_only_for_a_scaled_operand_of_few_rows():
     assert not compact.pays(A.transpose()._s, f)  # reads every row
     empty = CSR(torch.zeros(5, dtype=torch.long), torch.zeros(0, dtype=torch.long), None, (4, 9))
     assert not compact.pays(empty._s, torch.ones(9))
+    assert compact.compacted(A.transpose()._s) is None  # decided once, no copy made
 
 
 def _step_inputs(dtype):
@@ -87,7 +88,7 @@ def test_step_on_torch_sparse_matches_the_whole_operand_scaled(monkeypatch, dtyp
     monkeypatch.setattr("dgl_rsc.sparse.products._folds", lambda nnz, X: False)
     got = csr_mm_sum([S, P], dY, sc, col_weight=[None, w], row_add=add).clone()
     assert getattr(P._s, "_compact", None) is not None
-    monkeypatch.setattr(compact, "MAX_SHARE", -1.0)
+    monkeypatch.setattr(compact, "pays", lambda structure, factor: False)
     S2, P2 = (CSR(M.indptr, M.indices, M.values, M.shape) for M in (S, P))
     whole = csr_mm_sum([S2, P2], dY, sc, col_weight=[None, w], row_add=add)
     assert getattr(P2._s, "_compact", None) is None
