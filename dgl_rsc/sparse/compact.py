@@ -29,29 +29,25 @@ __all__ = ["compacted", "gathered", "pays"]
 MAX_SHARE = 0.5
 
 
-_UNDECIDED = object()
-
-
 def compacted(structure) -> Optional[tuple]:
     """``(structure_c, cols)``: ``structure`` ``(M, N)`` with its columns renumbered to the
     ``C`` it uses, ``(M, C)``, and ``cols (C,)`` int64, ascending, the original column of
     each new one; ``None`` where it uses more than :data:`MAX_SHARE` of its columns (or has
-    no entries). Decided, and the copy made, once per structure and kept with it."""
-    cached = getattr(structure, "_compact", _UNDECIDED)
-    if cached is _UNDECIDED:
+    no entries). Decided, and the copy made, once per structure and kept with it
+    (``structure._compact``)."""
+    if structure._compact is None:
         structure.check_unchanged()
         idx = structure.indices.long()
         used = torch.zeros(structure.shape[1], dtype=torch.bool, device=idx.device)
         used[idx] = True
         cols = used.nonzero().squeeze(1)
-        cached = None
+        structure._compact = (None,)
         if 0 < cols.numel() <= MAX_SHARE * structure.shape[1]:
             new_id = torch.cumsum(used, 0) - 1  # new id of each used column
             renum = new_id.index_select(0, idx).to(structure.indices.dtype)
             shape = (structure.shape[0], cols.numel())
-            cached = (_Structure(structure.indptr, renum, shape), cols)
-        structure._compact = cached
-    return cached
+            structure._compact = (_Structure(structure.indptr, renum, shape), cols)
+    return None if structure._compact[0] is None else structure._compact
 
 
 def pays(structure, factor: Optional[torch.Tensor]) -> bool:

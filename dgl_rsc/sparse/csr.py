@@ -134,6 +134,8 @@ class _Structure:
         self._ones = {}
         self._pool = None
         self._diag = None
+        # (structure_c, cols), or (None,) where not worth it: sparse/compact.py's compacted()
+        self._compact = None
 
     def diagonal(self):
         """``(mask (nnz,) bool, per_row (M,) int64, t_mask (nnz,) bool)`` of the diagonal
@@ -352,8 +354,8 @@ class CSR:
         """Bytes held by the index and value tensors (and a renumbered copy of the indices,
         :mod:`dgl_rsc.sparse.compact`, where one was made)."""
         total = self.indptr.numel() * self.indptr.element_size()
-        copy = getattr(self._s, "_compact", None)  # (structure, cols) of sparse/compact.py
-        if copy is not None:
+        copy = self._s._compact
+        if copy is not None and copy[0] is not None:
             total += sum(t.numel() * t.element_size() for t in (copy[0].indices, copy[1]))
         total += self.indices.numel() * self.indices.element_size()
         if self.values is not None:
