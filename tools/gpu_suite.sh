@@ -26,9 +26,23 @@
 #            to RESULTS_DIR as pyg_*
 #   mean     the 200k preset's mean and median epoch, RSC's defaults and tune_interval 10 against
 #            exact, interleaved epoch by epoch (tools/interleaved_epochs.py, 120 rounds)
+#   forward  tools/bench_forward.py: the forward product kernel (cuda/spmm_forward.cu) against
+#            cuSPARSE and the gather form, fp32 and bf16; the INT8 kernels (CuPy, Numba-CUDA)
+#            bit-compared and timed against cuSPARSE; torch._int_mm against fp32/tf32/bf16 GEMMs
+#   precision  the 200k preset's epochs in fp32, bf16 (AMP) and INT8, exact and RSC (the
+#            launcher, $PREC_EPOCHS epochs, default 30); results.json to RESULTS_DIR as prec_*
+#   fwdab    the 200k preset's time to accuracy and epochs with CUDA products on dgl_rsc's
+#            kernel and on cuSPARSE (tools/tta_sweep.py --cusparse), seeds $TTA_SEEDS (0-2)
+#   tta5     time to accuracy on the 200k preset, exact and RSC's defaults, seeds $TTA_SEEDS
+#            (default 0-4), native engine
+#
+# With --dry-run first, nothing runs: each stage's commands are printed and every Python
+# tool they name is started with --help (the pytest stage collects the GPU tests instead).
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
-out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
+dry=
+[ "${1:-}" = --dry-run ] && { dry=1; shift; }
+out=${1:?usage: tools/gpu_suite.sh [--dry-run] RESULTS_DIR [STAGE ...]}
 shift
 stages=${*:-tests kernels spmm solver e2e}
 mkdir -p "$out"
@@ -36,53 +50,82 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OUTDATED_IGNORE=1
 py=${PYTHON:-python3}
 status=0
+# run a stage's command, or in a dry run print it and start the Python tool it names with --help
+run() {
+  if [ -z "$dry" ]; then "$@"; return; fi
+  echo "+ $*"
+  if [ "$1" = "$py" ] && [ "$2" = -m ] && [ "$3" = pytest ]; then
+    "$py" -m pytest -m gpu -q --collect-only -p no:cacheprovider tests >/dev/null
+  elif [ "$1" = "$py" ] && [ "$2" = -m ]; then "$py" -m "$3" "$4" --help >/dev/null
+  elif [ "$1" = "$py" ]; then "$py" "$2" --help >/dev/null
+  fi
+}
 for stage in $stages; do
   echo "=== $stage"
   case $stage in
-    tests)   $py -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" | tail -25 ;;
-    kernels) $py tools/bench_kernels.py --out "$out/kernels.json" ;;
+    tests)   run $py -m pytest -m gpu -q -p no:cacheprovider tests 2>&1 | tee "$out/pytest_gpu.log" | tail -25 ;;
+    kernels) run $py tools/bench_kernels.py --out "$out/kernels.json" ;;
     spmm)    for p in reddit products; do
-               $py tools/bench_spmm.py --device cuda --preset "$p" --index-dtype int32 \
+               run $py tools/bench_spmm.py --device cuda --preset "$p" --index-dtype int32 \
                  --reps 10 --steps 20 --out "$out/spmm_$p.json"
              done ;;
-    solver)  $py tools/bench_solver.py --device cuda --out "$out/solver.json" ;;
+    solver)  run $py tools/bench_solver.py --device cuda --out "$out/solver.json" ;;
     e2e|e2e-reddit|e2e-products)
              presets="reddit products"; [ "$stage" != e2e ] && presets=${stage#e2e-}
              for p in $presets; do  # products: GCN in fp32, as in docs/benchmarks.md
                args="--epochs 100 --pyg"; [ "$p" = products ] && args="--epochs 60 --models gcn --amp none"
-               $py tools/bench_e2e.py --device cuda --preset "$p" $args --profile \
+               run $py tools/bench_e2e.py --device cuda --preset "$p" $args --profile \
                  --out "$out/e2e_$p.json"
              done ;;
     grid)    for h in ${GRID:-0.18 0.19 0.20 0.21}; do
-               $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --exact-only \
+               run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --exact-only \
                  --seeds 0 --eval-every 2 --set train.device=cuda --set dataset.homophily="$h" \
                  --out "$out/grid_h$h.json"
              done ;;
-    tta)     H=${H:-$($py tools/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
+    tta)     [ -n "$dry" ] && H=${H:-0.20}
+             H=${H:-$($py tools/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
              seeds=${TTA_SEEDS:-0 1 2}
              echo "homophily $H, seeds $seeds"
-             $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
+             run $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
                --set dataset.homophily="$H" --set train.engine=pyg \
                --set "train.seeds=[${seeds// /,}]" --out "$out/tta_pyg" --force 2>&1 | tail -12
-             $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --seeds $seeds \
+             run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --seeds $seeds \
                --eval-every 2 --set train.device=cuda --set dataset.homophily="$H" \
                --variant default: --variant cache1:cache_interval=1 --variant b03:budget=0.3 \
                --variant auto:budget=auto --out "$out/tta_native.json" ;;
-    rem)     $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+    rem)     run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
                --variant default: --variant t10:tune_interval=10 --variant auto:budget=auto \
                --out "$out/tta_remainder.json" ;;
-    now)     $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+    now)     run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
                --variant default: --variant auto:budget=auto --variant sw09:switch_at=0.9 \
                --out "$out/tta_now.json" ;;
     pyg)     seeds=${PYG_SEEDS:-0 1}; tmp=$(mktemp -d)
-             $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
+             run $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
                --set train.engine=pyg --set "train.seeds=[${seeds// /,}]" --out "$tmp/run" 2>&1 | tail -14
-             for f in results.json metrics.csv table.txt; do cp "$tmp/run/$f" "$out/pyg_$f" || status=1; done ;;
-    mean)    $py tools/interleaved_epochs.py yaml_configs/synthetic_200k_gcn.yaml --rounds 120 \
+             for f in results.json metrics.csv table.txt; do
+               [ -n "$dry" ] || cp "$tmp/run/$f" "$out/pyg_$f" || status=1
+             done ;;
+    mean)    run $py tools/interleaved_epochs.py yaml_configs/synthetic_200k_gcn.yaml --rounds 120 \
                --set train.device=cuda --variant default: --variant t10:tune_interval=10 \
                --out "$out/interleaved_200k.json" ;;
+    forward) run $py tools/bench_forward.py --out "$out/forward.json" ;;
+    precision) tmp=$(mktemp -d)
+             for prec in fp32 bf16 int8; do
+               case $prec in bf16) set_prec="train.amp=bf16" ;; *) set_prec="train.precision=$prec" ;; esac
+               run $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
+                 --set train.epochs=${PREC_EPOCHS:-30} --set "$set_prec" --out "$tmp/$prec" 2>&1 | tail -6
+               [ -n "$dry" ] || cp "$tmp/$prec/results.json" "$out/prec_$prec.json" || status=1
+             done ;;
+    fwdab)   for flag in "" --cusparse; do  # the forward kernel against cuSPARSE, same seeds
+               run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml $flag \
+                 --seeds ${TTA_SEEDS:-0 1 2} --eval-every 2 --set train.device=cuda \
+                 --variant default: --out "$out/fwdab${flag:-_kernel}.json"
+             done ;;
+    tta5)    run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+               --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
+               --variant default: --out "$out/tta5_200k.json" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
   rc=${PIPESTATUS[0]}

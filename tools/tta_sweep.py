@@ -32,6 +32,7 @@ from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import prepare, train_one, warm_up
 from dgl_rsc.launcher.tta import first_crossing
 from dgl_rsc.launcher.yaml_io import apply_overrides, load_yaml
+from dgl_rsc.sparse import products
 
 
 def _config(path: str, sets: dict, base_sets: list):
@@ -85,8 +86,14 @@ def main(argv=None) -> int:
         help="untimed epochs of each method before the first seed (0: none), so that the "
         "process's one-off costs (DGL's first call, Numba's start) fall in no timed run",
     )
+    p.add_argument(
+        "--cusparse",
+        action="store_true",
+        help="CUDA products on cuSPARSE instead of dgl_rsc's kernel (an A/B of the kernel)",
+    )
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    products.CUDA_KERNEL = not args.cusparse
     base = [*args.sets, f"train.eval_every={args.eval_every}", "train.checkpoint_every=0"]
     cfg0 = _config(args.config, {}, base)
     prep = prepare(cfg0)
@@ -97,6 +104,7 @@ def main(argv=None) -> int:
               "date": time.strftime("%Y-%m-%d"), "threads": os.cpu_count(),
               "device": _device_name(prep.device), "torch": torch.__version__,
               "warmup_epochs": args.warmup_epochs if variants else 0,
+              "cuda_products": "cusparse" if args.cusparse else "dgl_rsc kernel",
               "environment": machine(prep.device), "runs": {}}  # fmt: skip
     methods = ["exact"] + (["rsc"] if variants else [])
     warm = _config(args.config, {}, [*base, f"train.warmup_epochs={args.warmup_epochs}"])

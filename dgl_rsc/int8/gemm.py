@@ -95,12 +95,27 @@ def _q(state: Int8State, x: torch.Tensor, dim: int):
     return quantize(x, dim, "stochastic", state.next_seed(), codes)
 
 
+def int_mm_any_k(qa: torch.Tensor, qb: torch.Tensor) -> torch.Tensor:
+    """``(M, N)`` exact ``qa (M, K) @ qb (K, N)`` for any ``K``: :func:`int_mm` itself up to
+    :data:`MAX_K` (int32), else its int32 products over slices of at most ``MAX_K`` summed in
+    int64 (a weight gradient contracts over every node of the graph)."""
+    k = qa.shape[1]
+    if k <= MAX_K:
+        return int_mm(qa, qb)
+    acc = None
+    for s in range(0, k, MAX_K):
+        part = int_mm(qa[:, s : s + MAX_K].contiguous(), qb[s : s + MAX_K].contiguous()).long()
+        acc = part if acc is None else acc.add_(part)
+    return acc
+
+
 def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:
     """``(M, N)`` fp32 ``a (M, K) @ b (K, N)`` on INT8 operands: ``a`` per row, ``b`` per
-    column, int32 accumulation, dequantized once as ``(acc * s_a) * s_b``. No autograd."""
+    column, exact integer accumulation, dequantized once as ``(acc * s_a) * s_b``. No
+    autograd."""
     qa, sa = _q(state, a, 1)
     qb, sb = _q(state, b, 0)
-    return int_mm(qa, qb).float().mul_(sa).mul_(sb)
+    return int_mm_any_k(qa, qb).float().mul_(sa).mul_(sb)
 
 
 class Int8Matmul(torch.autograd.Function):

@@ -15,6 +15,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..backends import spmm_cupy
+
 __all__ = ["CSR", "check_csr", "check_csr_data", "check_shape", "StaleStructureError"]
 
 _TOKENS = itertools.count(1)
@@ -133,6 +135,7 @@ class _Structure:
         self._t_structure = None
         self._ones = {}
         self._pool = None
+        self._plan = None
         self._diag = None
         # (structure_c, cols), or (None,) where not worth it: sparse/compact.py's compacted()
         self._compact = None
@@ -168,6 +171,12 @@ class _Structure:
 
             self._pool = OutputPool()
         return self._pool
+
+    def forward_plan(self):
+        """The CUDA product kernel's work plan (``backends.spmm_cupy.plan``), made once."""
+        if self._plan is None:
+            self._plan = spmm_cupy.plan(self.indptr)
+        return self._plan
 
     def transposed_structure(self):
         """``(structure of A^T, perm (nnz,))``; ``A^T``'s values are ``values[perm]``."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dgl_rsc.backends import _cuda_source, int8_cupy
+from dgl_rsc.backends import _cuda_source, int8_cupy, spmm_cupy
 from dgl_rsc.backends.cupy_backend import COMPILE_OPTIONS, NAME_EXPRESSIONS
 from dgl_rsc.distributed import quant_cupy
 
@@ -20,11 +20,13 @@ INSTANTIATIONS = {
     "rsc_kernels.cu": NAME_EXPRESSIONS,
     "quant_kernels.cu": quant_cupy.NAME_EXPRESSIONS,
     "int8_spmm.cu": int8_cupy.NAME_EXPRESSIONS,
+    "spmm_forward.cu": spmm_cupy.NAME_EXPRESSIONS,
 }
 OPTIONS = {
     "rsc_kernels.cu": COMPILE_OPTIONS,
     "quant_kernels.cu": quant_cupy.OPTIONS,
     "int8_spmm.cu": int8_cupy.OPTIONS,
+    "spmm_forward.cu": spmm_cupy.OPTIONS,
 }
 
 

@@ -27,7 +27,7 @@ from dgl_rsc.int8 import (
     quantize_model,
     ref,
 )
-from dgl_rsc.int8.gemm import MAX_K
+from dgl_rsc.int8.gemm import MAX_K, int_mm_any_k
 from dgl_rsc.int8.quantize import torch_codes
 from dgl_rsc.models import build_model
 from dgl_rsc.nn import attach
@@ -159,6 +159,22 @@ def test_int_mm_engines_bit_exact_and_limit():
                torch.zeros(MAX_K + 1, 1, dtype=torch.int8))  # fmt: skip
     with pytest.raises(TypeError, match="int8"):
         int_mm(a.float(), b)
+
+
+def test_int_mm_any_k_splits_a_contraction_past_max_k():
+    """A weight gradient contracts over every node: past MAX_K the int32 products of slices
+    are summed in int64, exactly (the largest sum here overflows int32)."""
+    k = MAX_K + MAX_K // 2
+    a = torch.full((2, k), 127, dtype=torch.int8)
+    b = torch.full((k, 3), 127, dtype=torch.int8)
+    a[1, ::3], b[::5, 2] = -127, -3
+    got = int_mm_any_k(a, b)
+    want = (a.double() @ b.double()).long()
+    assert got.dtype == torch.int64 and torch.equal(got, want)
+    assert int(got[0, 0]) == k * 127 * 127 > 2**31
+    small = int_mm_any_k(a[:, :100], b[:100])
+    assert small.dtype == torch.int32 and torch.equal(small.long(), want.new_tensor(
+        a[:, :100].long() @ b[:100].long()))  # fmt: skip
 
 
 @pytest.mark.parametrize("rounding", ROUNDINGS)
