@@ -16,7 +16,8 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
 
 from dgl_rsc.backends import int8_numba as nb
 from dgl_rsc.backends import resolve_int8
-from dgl_rsc.int8 import quantize, ref
+from dgl_rsc.backends import int8_ref as ref
+from dgl_rsc.int8 import quantize
 
 
 def main() -> None:

@@ -25,8 +25,8 @@ from dgl_rsc.int8 import (
     int_mm,
     quantize,
     quantize_model,
-    ref,
 )
+from dgl_rsc.backends import int8_ref as ref
 from dgl_rsc.int8.gemm import MAX_K
 from dgl_rsc.int8.quantize import torch_codes
 from dgl_rsc.models import build_model

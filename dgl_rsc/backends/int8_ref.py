@@ -7,7 +7,7 @@ codes, 1 without values), then one fused dequantize per entry, two fp32 rounding
 order: ``out[i, f] = (float(acc[i, f]) * col_scale[f]) * row_factor[i]``. The caller keeps
 ``|acc|`` below ``2^31`` (:func:`dgl_rsc.int8.spmm.int8_csr_mm` checks it). Every kernel
 module also provides ``quantize_codes(x, s, rounding, seed)`` (the int8 codes of
-:func:`dgl_rsc.int8.quantize`), here :func:`~dgl_rsc.int8.quantize.torch_codes` itself.
+:func:`dgl_rsc.int8.quantize`), here :func:`~dgl_rsc.quant.rounding.torch_codes` itself.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .quantize import torch_codes as quantize_codes
+from ..quant.rounding import torch_codes as quantize_codes
 
 __all__ = ["int8_spmm_acc", "int8_spmm", "dequantize_acc", "quantize_codes"]
 
