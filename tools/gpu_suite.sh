@@ -8,7 +8,7 @@
 #   tests    pytest -m gpu (kernels vs the torch reference, the full RSC step on CUDA)
 #   kernels  tools/bench_kernels.py: each kernel vs its torch reference
 #   spmm     tools/bench_spmm.py --device cuda at Reddit and ogbn-products scale
-#   solver   tools/bench_solver.py: the budget solver, 3 layers x 2.4M rows, vs one product
+#   solver   tools/experiments/bench_solver.py: the budget solver, 3 layers x 2.4M rows, vs one product
 #   e2e      tools/bench_e2e.py: exact vs RSC (vs PyG at Reddit scale) per epoch, time to target
 #            and one profiled step of each, at Reddit scale (GCN, SAGE; fp32, bf16) and at
 #            ogbn-products scale (GCN, fp32)
@@ -45,7 +45,7 @@ for stage in $stages; do
                $py tools/bench_spmm.py --device cuda --preset "$p" --index-dtype int32 \
                  --reps 10 --steps 20 --out "$out/spmm_$p.json"
              done ;;
-    solver)  $py tools/bench_solver.py --device cuda --out "$out/solver.json" ;;
+    solver)  $py tools/experiments/bench_solver.py --device cuda --out "$out/solver.json" ;;
     e2e|e2e-reddit|e2e-products)
              presets="reddit products"; [ "$stage" != e2e ] && presets=${stage#e2e-}
              for p in $presets; do  # products: GCN in fp32, as in docs/benchmarks.md
@@ -58,7 +58,7 @@ for stage in $stages; do
                  --seeds 0 --eval-every 2 --set train.device=cuda --set dataset.homophily="$h" \
                  --out "$out/grid_h$h.json"
              done ;;
-    tta)     H=${H:-$($py tools/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
+    tta)     H=${H:-$($py tools/experiments/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
              seeds=${TTA_SEEDS:-0 1 2}
              echo "homophily $H, seeds $seeds"
              $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \

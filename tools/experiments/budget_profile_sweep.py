@@ -14,17 +14,20 @@ the guard's raises still multiply it), so the work each tune allocates follows i
 budget is in the run's ``rsc_stats["budgets"]``. It is an experiment, not a setting of the
 package: it measured no gain (``docs/benchmarks.md``, *A budget that changes over the run*).
 
-    python tools/budget_profile_sweep.py yaml_configs/quickstart.yaml --seeds 0 1 2 3 4 \
-        --eval-every 2 --variant default: --variant early:profile=early-0.5-0.4 \
+    python tools/experiments/budget_profile_sweep.py yaml_configs/quickstart.yaml \
+        --seeds 0 1 2 3 4 --eval-every 2 --variant default: --variant early:profile=early-0.5-0.4 \
         --variant late:profile=late-0.5 --out results/tta_profile_qs.json
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
-import tta_sweep
-from bench_common import parse_variant
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tta_sweep  # noqa: E402
+from bench_common import parse_variant  # noqa: E402
 
 from dgl_rsc.core.controller import RSCController
 

@@ -16,8 +16,8 @@ budget 0.3 (no dropout, plain SGD):
 
 Usage::
 
-    python tools/numerics_ref.py                 # write tests/data/numerics_ref.npz
-    python tools/numerics_ref.py --check         # compare with it; exit 1 on a difference
+    python tools/experiments/numerics_ref.py                 # write tests/data/numerics_ref.npz
+    python tools/experiments/numerics_ref.py --check         # compare with it; exit 1 on a difference
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 

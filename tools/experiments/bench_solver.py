@@ -1,6 +1,6 @@
 """Time the budget solver for L layers x n rows next to one exact backward product.
 
-python tools/bench_solver.py --device cuda --layers 3 --rows 2400000
+python tools/experiments/bench_solver.py --device cuda --layers 3 --rows 2400000
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import grad_like, machine, power_law_csr, timeit, write_json
 

@@ -20,7 +20,7 @@ the aggregation's input gradient ``G = Â^T dY`` for
 ``dY`` is ``random`` (independent Gaussian row directions) or ``coherent`` (rows share a
 direction: ``v + 0.5 * noise``), both with row norms ``exp(N(0, 1))``. Example::
 
-    python tools/fidelity.py --nodes 20000 --degree 19 --out docs/results/fidelity.json
+    python tools/experiments/fidelity.py --nodes 20000 --degree 19 --out docs/results/fidelity.json
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 

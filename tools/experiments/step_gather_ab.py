@@ -8,7 +8,7 @@ computed twice, once as the package does it (each slice's operand rows gathered 
 per-call medians and means, their ratio, and whether the two outputs were equal bit for bit
 at every call (the training itself continues with the package's output).
 
-    python tools/step_gather_ab.py yaml_configs/tolokers_gcn.yaml --epochs 30 \\
+    python tools/experiments/step_gather_ab.py yaml_configs/tolokers_gcn.yaml --epochs 30 \\
         --out docs/results/step_gather_ab_tolokers.json
 """
 
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         p.error("no step product ran: give more --epochs than the warm-up steps")
     med = {k: 1000 * statistics.median(v) for k, v in times.items()}
     mean = {k: 1000 * statistics.mean(v) for k, v in times.items()}
-    result = {"machine": machine(prep.device), "command": " ".join(["tools/step_gather_ab.py",
+    result = {"machine": machine(prep.device), "command": " ".join(["tools/experiments/step_gather_ab.py",
               *(argv if argv is not None else sys.argv[1:])]), "calls": len(equal),
               "bit_equal_every_call": all(equal), "operands_gathered": gathers,
               "median_ms": med, "mean_ms": mean,

@@ -6,7 +6,7 @@
 2. Accuracy at equal budget: the same GCN trained with RSC under each rule (never switching
    to exact, so the rule's effect is not washed out), test metric at the best validation.
 
-    python tools/compare_rules.py --out results/rules.json
+    python tools/experiments/compare_rules.py --out results/rules.json
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 
@@ -34,7 +34,7 @@ from dgl_rsc.sampling import row_norms, selection_key
 from dgl_rsc.sparse.graph import Graph
 from dgl_rsc.sparse.products import csr_t_mm
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def graphs(names):

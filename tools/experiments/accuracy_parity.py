@@ -13,7 +13,7 @@ tolerance, for both methods, and exact's time over RSC's (``null`` with ``rsc_tt
 
 Example::
 
-    python tools/accuracy_parity.py yaml_configs/cora_gcn.yaml --budgets 0.1 0.3 \\
+    python tools/experiments/accuracy_parity.py yaml_configs/cora_gcn.yaml --budgets 0.1 0.3 \\
         --out docs/results/parity_cora.json
 """
 
@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 

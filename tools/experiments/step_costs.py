@@ -20,7 +20,7 @@ numbers are the process's own: run it on a quiet machine and compare pieces with
 
 Example::
 
-    python tools/step_costs.py yaml_configs/quickstart.yaml --epochs 60 \\
+    python tools/experiments/step_costs.py yaml_configs/quickstart.yaml --epochs 60 \\
         --out docs/results/step_costs_quickstart.json
 """
 
@@ -36,7 +36,7 @@ from collections import defaultdict
 
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 

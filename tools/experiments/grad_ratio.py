@@ -10,7 +10,7 @@ reported: the training loss just before and after the switch to exact.
 
 Example::
 
-    python tools/grad_ratio.py yaml_configs/quickstart.yaml --epochs 60 \\
+    python tools/experiments/grad_ratio.py yaml_configs/quickstart.yaml --epochs 60 \\
         --out docs/results/grad_ratio_quickstart.json
 """
 
@@ -24,7 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 

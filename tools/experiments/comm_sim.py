@@ -24,8 +24,8 @@ Message kinds (bytes received per rank and epoch; ``max`` and ``mean`` over rank
 
 Examples (small: the full Reddit and ogbn-products scales need 18-20 GB of memory with METIS):
 
-    python tools/comm_sim.py --graph products --scale 0.01 --parts 2,4,8 --out results/cs.json
-    python tools/comm_sim.py --graph npz:../shared/data/cora.npz --kept 0.2 --select random
+    python tools/experiments/comm_sim.py --graph products --scale 0.01 --parts 2,4,8 --out results/cs.json
+    python tools/experiments/comm_sim.py --graph npz:../shared/data/cora.npz --kept 0.2 --select random
 """
 
 from __future__ import annotations
@@ -375,7 +375,7 @@ def main(argv=None) -> dict:
             ap.error(f"{path} exists and was not written by this tool; pass --force to replace it")
     record = {
         "tool": TOOL,
-        "command": " ".join(sys.argv if argv is None else ["tools/comm_sim.py", *argv]),
+        "command": " ".join(sys.argv if argv is None else ["tools/experiments/comm_sim.py", *argv]),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": {
             "cpu": platform.processor() or platform.machine(),

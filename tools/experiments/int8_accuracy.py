@@ -10,9 +10,9 @@ but were taken on whatever machine ran this: they are not benchmarks.
 
 Example::
 
-    python tools/int8_accuracy.py yaml_configs/cora_gcn.yaml --seeds 0 1 2 \\
+    python tools/experiments/int8_accuracy.py yaml_configs/cora_gcn.yaml --seeds 0 1 2 \\
         --set dataset.path=/data/cora.npz --out docs/results/int8_accuracy.json
-    python tools/int8_accuracy.py --render docs/results/int8_accuracy*.json   # markdown table
+    python tools/experiments/int8_accuracy.py --render docs/results/int8_accuracy*.json   # markdown table
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 

@@ -15,7 +15,7 @@ same seeds; ``--nproc 1`` runs the config on one process) and reads from ``resul
 
 Example::
 
-    python tools/dist_sweep.py yaml_configs/cora_gcn.yaml --nproc 4 --budgets 0.1 \\
+    python tools/experiments/dist_sweep.py yaml_configs/cora_gcn.yaml --nproc 4 --budgets 0.1 \\
         --bits 32 8 adaptive --out docs/results/dist_cora.json
 """
 
@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 

@@ -5,7 +5,7 @@ largest homophily whose exact test accuracy (seed 0, at the best validation epoc
 ``--ceiling``, so that the preset does not saturate (issue 22 asks for 70% to 95%), or the
 smallest given when every one is above it.
 
-    python tools/pick_homophily.py results/grid_h*.json --ceiling 0.94
+    python tools/experiments/pick_homophily.py results/grid_h*.json --ceiling 0.94
 """
 
 from __future__ import annotations
