@@ -28,6 +28,7 @@
 #            exact, interleaved epoch by epoch (tools/interleaved_epochs.py, 120 rounds)
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
+case ${1:-} in -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 out=${1:?usage: tools/gpu_suite.sh RESULTS_DIR [STAGE ...]}
 shift
 stages=${*:-tests kernels spmm solver e2e}
