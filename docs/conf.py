@@ -23,3 +23,7 @@ autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_mock_imports = ["torch_geometric", "torch_sparse", "torch_scatter"]
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+html_static_path = ["_static"]
+html_css_files = ["tables.css"]
+# only the parameters a docstring describes get their type listed (no bare type lists)
+autodoc_typehints_description_target = "documented"

@@ -114,11 +114,14 @@ def test_exact_only_sweeps_pick_the_homophily_below_the_ceiling(tmp_path):
     assert tests[0.9] > tests[0.2], tests  # homophily makes the graph easier
     assert float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", str(ceiling))) == 0.2
     assert float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", "1.0")) == 0.9
-    assert float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", "0.0")) == 0.2  # none below
+    assert (
+        float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", "0.0")) == 0.2
+    )  # none below
     bad = tmp_path / "nohomophily.json"
     bad.write_text(json.dumps({"sets": ["train.eval_every=1"], "runs": {}}))
     env = {**os.environ, "PYTHONPATH": REPO}
-    done = run_cmd([sys.executable, os.path.join(TOOLS, "experiments", "pick_homophily.py"), str(bad)],
+    tool = os.path.join(TOOLS, "experiments", "pick_homophily.py")
+    done = run_cmd([sys.executable, tool, str(bad)],
                    env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode != 0 and "sets no dataset.homophily" in done.stderr
 
@@ -170,7 +173,8 @@ def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
     late = [0.3 + 0.7 * max(t - 0.25, 0) / 0.55 for t in (1 / 8, 3 / 8, 5 / 8)]
     assert logged["late"] == pytest.approx(late)
     env = {**os.environ, "PYTHONPATH": REPO}
-    done = run_cmd([sys.executable, os.path.join(TOOLS, "experiments", "budget_profile_sweep.py"), cfg,
+    tool = os.path.join(TOOLS, "experiments", "budget_profile_sweep.py")
+    done = run_cmd([sys.executable, tool, cfg,
                     "--variant", "bad:profile=middle-0.5", "--out", str(tmp_path / "x.json")],
                    env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode != 0 and "expected early-B0-U" in done.stderr

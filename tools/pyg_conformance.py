@@ -86,7 +86,9 @@ def run_mode(mode: str, tests: str, timeout: int) -> dict:
     with open(ini, "w") as f:
         f.write("[pytest]\n")
     env = dict(os.environ, DGL_RSC_PYG_MODE=mode)
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, "plugins"), ROOT, env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(HERE, "plugins"), ROOT, env.get("PYTHONPATH", "")]
+    )
     cmd = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", tests,
            "-p", "pyg_conformance_plugin", "-p", "no:cacheprovider", f"--junitxml={report}",
            *FILES]  # fmt: skip

@@ -374,33 +374,37 @@ def _approx_epoch_ratio(exact: dict, rsc: dict) -> float:
 def tta(rows: list) -> str:
     """tools/tta_sweep.py: one row per (label, files, variant, budget)"""
     mean = statistics.mean
-    out = ["| graph, model | machine, date | seeds | budget | exact test | RSC test | reached "
-           "| time to target vs exact | approx. epoch vs exact | visited | JSON |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| graph, model | seeds | budget | exact test | RSC test | reached "
+           "| time to target vs exact | approx. epoch vs exact | visited |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    where, files_all = {}, []
     for label, files, variant, budget in rows:
         doc, pairs = _tta_runs(files, variant)
         env = doc["environment"]
-        where = env.get("gpu") or f"{env['cpus']}-core CPU"
+        where[f"{env.get('gpu') or str(env['cpus']) + '-core CPU'}, {doc['date']}"] = None
+        files_all += files
         speed = [r["tta_speedup"] for _, r in pairs if r.get("tta") is not None]
         out.append(
-            f"| {label} | {where}, {doc['date']} | {len(pairs)} | {budget} "
+            f"| {label} | {len(pairs)} | {budget} "
             f"| {_pct(mean(e['best']['test'] for e, _ in pairs))} "
             f"| {_pct(mean(r['best']['test'] for _, r in pairs))} | {len(speed)}/{len(pairs)} "
             f"| {f'{mean(speed):.2f}x' if speed else 'not reached'} "
             f"| {mean(_approx_epoch_ratio(e, r) for e, r in pairs):.2f}x "
-            f"| {mean(r['rsc_stats']['visited_fraction'] for _, r in pairs):.2f} "
-            f"| {', '.join(f'`{f}`' for f in files)} |"
+            f"| {mean(r['rsc_stats']['visited_fraction'] for _, r in pairs):.2f} |"
         )
+    out += ["", f"{'; '.join(where)}. JSON: " + ", ".join(f"`{f}`" for f in files_all) + "."]
     return "\n".join(out)
 
 
 def tta_commands(rows: list) -> str:
     """The tools/tta_sweep.py command of each sweep of :func:`tta` (one per config)."""
     out = []
-    for label, files, variant, budget in rows:
+    for _, files, variant, budget in rows:
         d = _load(files[0])
         sets = " ".join(f"--set {x}" for x in d["sets"])
-        var = f"--variant {variant}:budget={budget}" if variant != "default" else "--variant default:"
+        var = (
+            f"--variant {variant}:budget={budget}" if variant != "default" else "--variant default:"
+        )
         seeds = " ".join(str(s) for f in files for s in _load(f)["seeds"])
         out.append(f"python tools/tta_sweep.py {d['config']} --seeds {seeds} {sets} {var} "
                    f"--out docs/results/{files[0]}")  # fmt: skip
@@ -432,7 +436,7 @@ def tta_plot(rows: list, png: Path) -> None:
         ax.set_title(f"{label}, {where}, seed {doc['seeds'][0]}", fontsize=9)
         ax.set_xlabel("training seconds", fontsize=8)
         ax.legend(fontsize=7, loc="lower right")
-    for ax in list(axes.flat)[len(rows):]:
+    for ax in list(axes.flat)[len(rows) :]:
         ax.axis("off")
     fig.tight_layout()
     fig.savefig(png, dpi=80, metadata={"Software": None})
@@ -458,17 +462,20 @@ def ceiling(names: list) -> str:
 
 def interleaved(rows: list) -> str:
     """tools/interleaved_epochs.py: epoch time of a setting against exact, epoch by epoch"""
-    out = ["| config | setting | rounds | exact epoch ms (median) | ratio to exact: median "
-           "| mean | visited | date | JSON |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| config | rounds | exact epoch ms (median) | ratio to exact: median | mean "
+           "| visited |", "|---|---|---|---|---|---|"]  # fmt: skip
+    dates, names = {}, []
     for name, variant in rows:
         d = _load(name)
         sets = "".join(f" {s}" for s in d["sets"])
+        dates[d["date"][:10]] = None
+        names.append(name)
         out.append(
-            f"| {Path(d['config']).name}{sets} | {variant} | {d['rounds']} "
+            f"| {Path(d['config']).name}{sets} | {d['rounds']} "
             f"| {1e3 * d['median_epoch_s']['exact']:.1f} | {d['ratio_to_exact'][variant]:.3f}x "
-            f"| {d['mean_ratio_to_exact'][variant]:.3f}x | {d['visited_fraction'][variant]:.2f} "
-            f"| {d['date'][:10]} | `{name}` |"
+            f"| {d['mean_ratio_to_exact'][variant]:.3f}x | {d['visited_fraction'][variant]:.2f} |"
         )
+    out += ["", f"{', '.join(dates)}. JSON: " + ", ".join(f"`{n}`" for n in names) + "."]
     return "\n".join(out)
 
 
@@ -503,7 +510,8 @@ def kernels_gpu(name: str, budgets=(0.1, 0.2)) -> str:
     out = [f"{info['device']}, torch {info['torch']}, CuPy {info['cupy']}, {info['date'][:10]}. "
            f"Command: `python {info['command'].split('python3 ', 1)[-1]}`. Median ms.", "",
            "| graph | rows, nnz, d | budget | exact product | score | select | slice | "
-           "sampled product | sampled product x |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "sampled product | sampled product x |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for g, r in d["results"].items():
         ms = r["ms"]
         exact = ms["product_exact/torch.sparse"]
@@ -558,8 +566,9 @@ TTA_CPU = [
     ("tolokers ResGCN (ROC-AUC)", ["tta_gather_tolokers_vm2.json"], "default", 0.2),
     ("sparse-heavy GCN (40k nodes, degree 100)", ["tta_b02_sparse_heavy_vm2_seeds012.json",
                                     "tta_b02_sparse_heavy_vm2_seeds34.json"], "b02", 0.2),
-    ("200k preset GCN (200k nodes, degree 100)", ["tta_b02_200k_vm2.json", "tta_b02_200k_vm2_seed1.json",
-                                     "tta_b02_200k_vm2_seed2.json"], "b02", 0.2),
+    ("200k preset GCN (200k nodes, degree 100)",
+     ["tta_b02_200k_vm2.json", "tta_b02_200k_vm2_seed1.json", "tta_b02_200k_vm2_seed2.json"],
+     "b02", 0.2),
 ]  # fmt: skip
 TTA_GPU = [("200k preset GCN (200k nodes, degree 100)", ["tta_b02_200k_h100.json"], "b02", 0.2)]
 CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
@@ -573,22 +582,32 @@ BLOCKS = {
     "tta-cpu": lambda: tta(TTA_CPU),
     "tta-gpu": lambda: tta(TTA_GPU),
     "tta-commands": lambda: tta_commands(TTA_CPU + TTA_GPU),
-    "stock-pyg": lambda: launcher_summary(["launcher_200k_h100_pyg_seed0.json",
-                                           "launcher_200k_h100_pyg_seed1.json",
-                                           "pyg_cora_patch_quiet.json"]),
+    "stock-pyg": lambda: launcher_summary(
+        [
+            "launcher_200k_h100_pyg_seed0.json",
+            "launcher_200k_h100_pyg_seed1.json",
+            "pyg_cora_patch_quiet.json",
+        ]
+    ),
     "ceiling": lambda: ceiling(CEILINGS),
-    "epoch": lambda: interleaved([("interleaved_gather_quickstart_vm2.json", "now"),
-                                  ("interleaved_gather_quickstart_sage_vm2.json", "now"),
-                                  ("interleaved_gather_tolokers_vm2.json", "now"),
-                                  ("interleaved_gather_sparse_heavy_vm2.json", "now"),
-                                  ("interleaved_kept_200k_vm2.json", "default")]),
+    "epoch": lambda: interleaved(
+        [
+            ("interleaved_gather_quickstart_vm2.json", "now"),
+            ("interleaved_gather_quickstart_sage_vm2.json", "now"),
+            ("interleaved_gather_tolokers_vm2.json", "now"),
+            ("interleaved_gather_sparse_heavy_vm2.json", "now"),
+            ("interleaved_kept_200k_vm2.json", "default"),
+        ]
+    ),
     "stock-dgl": lambda: e2e_cpu("e2e_cpu.json", profile=False),
     "kernels-cpu": lambda: spmm("spmm_cpu_g200k_t2.json"),
     "gpu": lambda: e2e_gpu(["e2e_reddit_h100_folded.json", "e2e_products_h100_folded.json"]),
-    "distributed": lambda: dist("dist_200k_bytes.json",
-                                lambda r: r["nproc"] == 4 and r["method"] == "metis"),
-    "distributed-small": lambda: dist("dist_small.json",
-                                      lambda r: str(r["bits"]) in ("None", "32", "8", "adaptive")),
+    "distributed": lambda: dist(
+        "dist_200k_bytes.json", lambda r: r["nproc"] == 4 and r["method"] == "metis"
+    ),
+    "distributed-small": lambda: dist(
+        "dist_small.json", lambda r: str(r["bits"]) in ("None", "32", "8", "adaptive")
+    ),
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
     "minibatch": lambda: parity("minibatch_small.json"),

@@ -58,7 +58,8 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("torch", "dgl_rsc.backends.torch_ref", ("any",), _nothing,
-                "vectorized torch, the reference (CPU and every device)", "dgl_rsc.backends.int8_ref"),
+                "vectorized torch, the reference (CPU and every device)",
+                "dgl_rsc.backends.int8_ref"),
         Backend("cupy", "dgl_rsc.backends.cupy_backend", ("cuda",), _deps.require_cupy,
                 "CuPy RawKernels (CUDA)", "dgl_rsc.backends.int8_cupy"),
         Backend("numba", "dgl_rsc.backends.numba_backend", ("cuda", "cpu-simulator"),

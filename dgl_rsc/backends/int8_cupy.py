@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import int8_ref as ref
 from . import _cuda_source
+from . import int8_ref as ref
 
 __all__ = ["int8_spmm", "int8_spmm_acc", "quantize_codes", "NAME_EXPRESSIONS", "OPTIONS"]
 

@@ -1,4 +1,5 @@
-"""Numba-CUDA kernels of the INT8 product and codes (the functions of :mod:`dgl_rsc.backends.int8_ref`).
+"""Numba-CUDA kernels of the INT8 product and codes (the functions of
+:mod:`dgl_rsc.backends.int8_ref`).
 
 On a GPU the functions take CUDA torch tensors; under Numba's simulator
 (``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported) they take CPU tensors, which is how the

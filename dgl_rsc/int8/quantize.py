@@ -32,7 +32,6 @@ from ..quant.rounding import QMAX, bf16_scale_up, torch_codes
 __all__ = ["QMAX", "quantize", "dequantize", "torch_codes"]
 
 
-
 def quantize(
     x: torch.Tensor,
     dim: Optional[int],

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dgl_rsc.backends import int8_ref as ref
 from dgl_rsc.backends import resolve_int8
 from dgl_rsc.base import _deps
 from dgl_rsc.core.spmm import spmm_matrix
@@ -26,7 +27,6 @@ from dgl_rsc.int8 import (
     quantize,
     quantize_model,
 )
-from dgl_rsc.backends import int8_ref as ref
 from dgl_rsc.int8.gemm import MAX_K
 from dgl_rsc.int8.quantize import torch_codes
 from dgl_rsc.models import build_model

@@ -26,8 +26,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tta_sweep  # noqa: E402
-from bench_common import parse_variant  # noqa: E402
+import tta_sweep
+from bench_common import parse_variant
 
 from dgl_rsc.core.controller import RSCController
 

@@ -24,8 +24,10 @@ Message kinds (bytes received per rank and epoch; ``max`` and ``mean`` over rank
 
 Examples (small: the full Reddit and ogbn-products scales need 18-20 GB of memory with METIS):
 
-    python tools/experiments/comm_sim.py --graph products --scale 0.01 --parts 2,4,8 --out results/cs.json
-    python tools/experiments/comm_sim.py --graph npz:../shared/data/cora.npz --kept 0.2 --select random
+    python tools/experiments/comm_sim.py --graph products --scale 0.01 --parts 2,4,8 \
+        --out results/cs.json
+    python tools/experiments/comm_sim.py --graph npz:../shared/data/cora.npz --kept 0.2 \
+        --select random
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Example::
 
     python tools/experiments/int8_accuracy.py yaml_configs/cora_gcn.yaml --seeds 0 1 2 \\
         --set dataset.path=/data/cora.npz --out docs/results/int8_accuracy.json
-    python tools/experiments/int8_accuracy.py --render docs/results/int8_accuracy*.json   # markdown table
+    python tools/experiments/int8_accuracy.py --render docs/results/int8_accuracy*.json  # table
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ Loads an npz graph (``dgl_rsc.data.npz`` format), builds the GCN of ``yaml_confi
 the gradients of every parameter with every convolution in INT8 (``keep_last=False``) with the
 fp32 gradients: relative Frobenius error ``||g8 - g32|| / ||g32||``.
 
-    python tools/experiments/int8_errors.py /path/cora.npz --draws 16 --out docs/results/int8_errors.json
+    python tools/experiments/int8_errors.py /path/cora.npz --draws 16 \
+        --out docs/results/int8_errors.json
 """
 
 from __future__ import annotations

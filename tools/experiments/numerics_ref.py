@@ -17,7 +17,7 @@ budget 0.3 (no dropout, plain SGD):
 Usage::
 
     python tools/experiments/numerics_ref.py                 # write tests/data/numerics_ref.npz
-    python tools/experiments/numerics_ref.py --check         # compare with it; exit 1 on a difference
+    python tools/experiments/numerics_ref.py --check  # compare with it; exit 1 on a difference
 """
 
 from __future__ import annotations

@@ -86,8 +86,8 @@ def main(argv=None) -> int:
         p.error("no step product ran: give more --epochs than the warm-up steps")
     med = {k: 1000 * statistics.median(v) for k, v in times.items()}
     mean = {k: 1000 * statistics.mean(v) for k, v in times.items()}
-    result = {"machine": machine(prep.device), "command": " ".join(["tools/experiments/step_gather_ab.py",
-              *(argv if argv is not None else sys.argv[1:])]), "calls": len(equal),
+    command = ["tools/experiments/step_gather_ab.py", *(argv if argv is not None else sys.argv[1:])]
+    result = {"machine": machine(prep.device), "command": " ".join(command), "calls": len(equal),
               "bit_equal_every_call": all(equal), "operands_gathered": gathers,
               "median_ms": med, "mean_ms": mean,
               "whole_over_gathered_median": med["whole"] / med["gathered"],
