@@ -16,7 +16,12 @@ STAMP_MODERN := $(VENV_MODERN)/.installed-$(HASH_MODERN)
 # marker: tests/conftest.py deselects them where the dependency does not import (never skips)
 MODERN_MARKERS := not dgl and not gpu and not slow
 
-.PHONY: venv venv-modern demo test test-modern test-dist lint format bench clean
+# `make docs`: the user guide and API reference (Sphinx, warnings as errors) into build/docs,
+# with the pinned requirements/docs.txt added to .venv behind their own stamp
+DOCS_HASH := $(shell cat requirements/docs.txt | sha1sum | cut -c1-12)
+DOCS_STAMP := $(VENV)/.docs-installed-$(DOCS_HASH)
+
+.PHONY: venv venv-modern demo test test-modern test-dist lint format bench docs clean
 
 venv: $(STAMP)
 
@@ -52,6 +57,14 @@ test-modern: $(STAMP_MODERN)
 # faults, resume): longer than `make test`
 test-dist: $(STAMP)
 	$(PY) -m pytest -m slow tests/distributed/test_distributed.py tests/distributed/test_distributed_slow.py
+
+$(DOCS_STAMP): $(STAMP) requirements/docs.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/docs.txt
+	rm -f $(VENV)/.docs-installed-*
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(PY) -m sphinx -W --keep-going -q -b html docs build/docs
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check dgl_rsc tests tools

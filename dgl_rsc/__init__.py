@@ -10,9 +10,16 @@ Entry points: :func:`patch` (stock DGL models), :mod:`dgl_rsc.nn` (drop-in convs
 from .core.config import ConfigError, RSCConfig
 from .core.controller import RSCController
 from .core.spmm import spmm, spmm_csr, spmm_matrix
+from .dgl import kernels as _dgl_kernels
 from .dgl.patch import is_patched, patch
+from .int8.spmm import int8_csr_mm as _int8_csr_mm
+from .sparse import products as _products
 from .sparse.csr import CSR
 from .sparse.graph import Graph
+
+# the engines the sparse layer runs without importing the layers above it
+_products.register("exact_cpu", _dgl_kernels)
+_products.register("quantized", _int8_csr_mm)
 
 __all__ = [
     "CSR",

@@ -15,8 +15,9 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     sys.exit("set NUMBA_ENABLE_CUDASIM=1 before running this checker")
 
 from dgl_rsc.backends import int8_numba as nb
+from dgl_rsc.backends import int8_ref as ref
 from dgl_rsc.backends import resolve_int8
-from dgl_rsc.int8 import quantize, ref
+from dgl_rsc.int8 import quantize
 
 
 def main() -> None:

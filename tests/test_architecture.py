@@ -19,12 +19,17 @@ MAX_LINES = 400
 
 #: bottom to top: a module may import its own layer and the layers below it. A name is a folder
 #: (or top-level module) of the package, or one module inside a folder where a folder holds more
-#: than one layer: the DGL front end keeps DGL's private interface and DGL's kernel beside its
-#: patch and layers. The most specific name wins.
+#: than one layer (the most specific name wins): the CPU kernels of ``sparse`` and the rules of
+#: ``sampling`` sit below the backends that run them, and DGL's private interface below the
+#: front end that keeps it. The sparse products import neither the DGL front end nor INT8: the
+#: package's ``__init__`` plugs DGL's kernel and the INT8 product into
+#: :data:`dgl_rsc.sparse.products.ENGINES`.
 LAYERS = (
     ("base", ("base",)),
-    ("sparse formats, products and kernels", ("sparse", "backends", "sampling", "quant", "int8",
-                                              "dgl.private", "dgl.kernels", "models.engines")),
+    ("kernels", ("quant", "backends", "sparse.cpu_spmm", "sampling.rules", "dgl.private",
+                 "models.engines")),
+    ("sparse formats and products", ("sparse",)),
+    ("INT8 products and row sampling", ("int8", "sampling")),
     ("the RSC algorithm", ("core", "dgl.interop")),
     ("front ends and training modes", ("dgl", "nn", "pyg", "models", "data", "distributed",
                                        "minibatch", "graph", "csr", "controller", "config")),
@@ -170,3 +175,18 @@ def test_one_helper_words_unknown_names():
     users = sorted(p.relative_to(PACKAGE.parent).as_posix() for p in PACKAGE.rglob("*.py")
                    if "get_close_matches" in p.read_text())  # fmt: skip
     assert users == ["dgl_rsc/base/names.py"]
+
+
+def test_the_sparse_layer_runs_the_engines_the_package_plugs_in():
+    """``sparse.products`` imports no front end and no INT8 module, yet runs both engines."""
+    import dgl_rsc
+    from dgl_rsc.dgl import kernels
+    from dgl_rsc.int8.spmm import int8_csr_mm
+    from dgl_rsc.sparse import products
+
+    source = (PACKAGE / "sparse" / "products.py").read_text()
+    assert "..dgl" not in source and "..int8" not in source
+    assert products.ENGINES == {"exact_cpu": kernels, "quantized": int8_csr_mm}
+    assert dgl_rsc.sparse.products is products
+    with pytest.raises(ValueError, match="unknown engine kind 'fast'"):
+        products.register("fast", None)

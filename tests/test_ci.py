@@ -16,13 +16,13 @@ def make_targets() -> set[str]:
 def test_readme_make_commands_are_makefile_targets():
     first_block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     commands = re.findall(r"^make ([\w-]+)", first_block.group(1), re.M)
-    assert {"test", "test-modern"} <= set(commands)
+    assert {"demo", "test"} <= set(commands)
     assert set(commands) <= make_targets()
 
 
 def test_ci_runs_lint_then_both_test_environments():
     steps = re.findall(r"^step ([\w-]+)$", (ROOT / ".ci" / "run").read_text(), re.M)
-    assert steps == ["venv", "lint", "test", "test-dist", "venv-modern", "test-modern"]
+    assert steps == ["venv", "lint", "test", "docs", "test-dist", "venv-modern", "test-modern"]
     assert set(steps) <= make_targets()
 
 

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def tool():
-    path = os.path.join(ROOT, "tools", "numerics_ref.py")
+    path = os.path.join(ROOT, "tools", "experiments", "numerics_ref.py")
     spec = importlib.util.spec_from_file_location("numerics_ref", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

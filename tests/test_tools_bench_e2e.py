@@ -14,9 +14,15 @@ from dgl_rsc.launcher.tta import first_crossing
 from .proc import run as run_cmd
 from .test_tools_tta import REPO, TOOLS, _tool
 
-# modules of tools/ that are not commands: a shared helper and a pytest plugin
-NOT_COMMANDS = {"bench_common.py", "pyg_conformance_plugin.py"}
-COMMANDS = sorted(f for f in os.listdir(TOOLS) if f.endswith(".py") and f not in NOT_COMMANDS)
+# the commands of tools/ and tools/experiments/ (not the shared helper; the pytest plugin of
+# pyg_conformance.py lives in tools/plugins/)
+NOT_COMMANDS = {"bench_common.py"}
+COMMANDS = sorted(
+    f"{sub}{f}"
+    for sub in ("", "experiments/")
+    for f in os.listdir(os.path.join(TOOLS, sub))
+    if f.endswith(".py") and f not in NOT_COMMANDS
+)
 
 
 @pytest.mark.parametrize("name", COMMANDS)

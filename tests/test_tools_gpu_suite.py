@@ -21,7 +21,7 @@ def test_dry_run_checks_every_stage_command(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for stage in stages:
         assert f"=== {stage}" in proc.stdout
-    assert "+ " + sys.executable + " tools/bench_forward.py --out" in proc.stdout
+    assert "+ " + sys.executable + " tools/experiments/bench_forward.py --out" in proc.stdout
     assert proc.stdout.count("-m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml") == 3
     assert "failed" not in proc.stdout
     assert not list(tmp_path.glob("*.json")), "a dry run writes no results"

@@ -12,7 +12,7 @@ from .test_tools_tta import _tool
 def test_step_costs_times_every_piece_of_the_step(tmp_path):
     cfg = write_config(tmp_path, train={"epochs": 30, "eval_every": 5})
     out = tmp_path / "costs.json"
-    printed = _tool("step_costs.py", cfg, "--epochs", "16", "--out", str(out))
+    printed = _tool("experiments/step_costs.py", cfg, "--epochs", "16", "--out", str(out))
     data = json.loads(out.read_text())
     exact, rsc = data["methods"]["exact"]["pieces"], data["methods"]["rsc"]["pieces"]
     assert exact["exact product"]["calls"] == exact["backward (all)"]["calls"] > 0
@@ -41,7 +41,7 @@ def test_step_costs_bounds_what_rsc_can_save_per_epoch(tmp_path):
     cfg = write_config(tmp_path, model={"name": "gcn", "hidden": 16, "layers": 3},
                        rsc={"min_width": 4}, train={"epochs": 30, "eval_every": 5})  # fmt: skip
     out = tmp_path / "costs.json"
-    printed = _tool("step_costs.py", cfg, "--epochs", "16", "--out", str(out))
+    printed = _tool("experiments/step_costs.py", cfg, "--epochs", "16", "--out", str(out))
     data = json.loads(out.read_text())
     exact, rsc = data["methods"]["exact"], data["methods"]["rsc"]
     split = exact["products"]

@@ -16,7 +16,7 @@ def test_step_gather_ab_runs_both_ways_and_compares_the_bits(tmp_path):
                        model={"name": "gcn", "hidden": 16, "layers": 3},
                        rsc={"min_width": 4}, train={"epochs": 30, "eval_every": 5})  # fmt: skip
     out = tmp_path / "ab.json"
-    printed = _tool("step_gather_ab.py", cfg, "--epochs", "12", "--out", str(out))
+    printed = _tool("experiments/step_gather_ab.py", cfg, "--epochs", "12", "--out", str(out))
     data = json.loads(out.read_text())
     assert data["calls"] > 0 and data["bit_equal_every_call"] is True
     assert data["operands_gathered"]["gathered"] > 0 == data["operands_gathered"]["whole"]

@@ -29,7 +29,7 @@ def _tool(name, *args):
 def test_accuracy_parity_reports_the_launchers_time_to_target(tmp_path):
     cfg = write_config(tmp_path, train={"epochs": 10, "eval_every": 1})
     out = tmp_path / "parity.json"
-    printed = _tool("accuracy_parity.py", cfg, "--budgets", "0.3", "--runs",
+    printed = _tool("experiments/accuracy_parity.py", cfg, "--budgets", "0.3", "--runs",
                     str(tmp_path / "runs"), "--out", str(out))  # fmt: skip
     row = json.loads(out.read_text())["rows"][0]
     summary = json.loads((tmp_path / "runs" / "tiny-b0.3" / "results.json").read_text())
@@ -112,13 +112,16 @@ def test_exact_only_sweeps_pick_the_homophily_below_the_ceiling(tmp_path):
     grids = [str(tmp_path / f"grid_h{h}.json") for h in ("0.2", "0.9")]
     ceiling = (tests[0.2] + tests[0.9]) / 2
     assert tests[0.9] > tests[0.2], tests  # homophily makes the graph easier
-    assert float(_tool("pick_homophily.py", *grids, "--ceiling", str(ceiling))) == 0.2
-    assert float(_tool("pick_homophily.py", *grids, "--ceiling", "1.0")) == 0.9
-    assert float(_tool("pick_homophily.py", *grids, "--ceiling", "0.0")) == 0.2  # none below
+    assert float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", str(ceiling))) == 0.2
+    assert float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", "1.0")) == 0.9
+    assert (
+        float(_tool("experiments/pick_homophily.py", *grids, "--ceiling", "0.0")) == 0.2
+    )  # none below
     bad = tmp_path / "nohomophily.json"
     bad.write_text(json.dumps({"sets": ["train.eval_every=1"], "runs": {}}))
     env = {**os.environ, "PYTHONPATH": REPO}
-    done = run_cmd([sys.executable, os.path.join(TOOLS, "pick_homophily.py"), str(bad)],
+    tool = os.path.join(TOOLS, "experiments", "pick_homophily.py")
+    done = run_cmd([sys.executable, tool, str(bad)],
                    env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode != 0 and "sets no dataset.homophily" in done.stderr
 
@@ -158,7 +161,7 @@ def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
     ``late``, and a malformed profile is refused before training."""
     cfg = write_config(tmp_path, train={"epochs": 8})
     out = tmp_path / "profile.json"
-    _tool("budget_profile_sweep.py", cfg, "--variant", "flat:", "--variant",
+    _tool("experiments/budget_profile_sweep.py", cfg, "--variant", "flat:", "--variant",
           "early:profile=early-0.9-1.0", "--variant", "late:profile=late-0.25",
           "--warmup-epochs", "1", "--out", str(out))  # fmt: skip
     runs = json.loads(out.read_text())["runs"]
@@ -170,7 +173,8 @@ def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
     late = [0.3 + 0.7 * max(t - 0.25, 0) / 0.55 for t in (1 / 8, 3 / 8, 5 / 8)]
     assert logged["late"] == pytest.approx(late)
     env = {**os.environ, "PYTHONPATH": REPO}
-    done = run_cmd([sys.executable, os.path.join(TOOLS, "budget_profile_sweep.py"), cfg,
+    tool = os.path.join(TOOLS, "experiments", "budget_profile_sweep.py")
+    done = run_cmd([sys.executable, tool, cfg,
                     "--variant", "bad:profile=middle-0.5", "--out", str(tmp_path / "x.json")],
                    env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode != 0 and "expected early-B0-U" in done.stderr

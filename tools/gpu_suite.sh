@@ -8,7 +8,7 @@
 #   tests    pytest -m gpu (kernels vs the torch reference, the full RSC step on CUDA)
 #   kernels  tools/bench_kernels.py: each kernel vs its torch reference
 #   spmm     tools/bench_spmm.py --device cuda at Reddit and ogbn-products scale
-#   solver   tools/bench_solver.py: the budget solver, 3 layers x 2.4M rows, vs one product
+#   solver   tools/experiments/bench_solver.py: the budget solver, 3 layers x 2.4M rows, vs one product
 #   e2e      tools/bench_e2e.py: exact vs RSC (vs PyG at Reddit scale) per epoch, time to target
 #            and one profiled step of each, at Reddit scale (GCN, SAGE; fp32, bf16) and at
 #            ogbn-products scale (GCN, fp32)
@@ -26,7 +26,7 @@
 #            to RESULTS_DIR as pyg_*
 #   mean     the 200k preset's mean and median epoch, RSC's defaults and tune_interval 10 against
 #            exact, interleaved epoch by epoch (tools/interleaved_epochs.py, 120 rounds)
-#   forward  tools/bench_forward.py: the forward product kernel (cuda/spmm_forward.cu) against
+#   forward  tools/experiments/bench_forward.py: the forward product kernel (cuda/spmm_forward.cu) against
 #            cuSPARSE and the gather form, fp32 and bf16; the INT8 kernels (CuPy, Numba-CUDA)
 #            bit-compared and timed against cuSPARSE; torch._int_mm against fp32/tf32/bf16 GEMMs
 #   precision  the 200k preset's epochs in fp32, bf16 (AMP) and INT8, exact and RSC (the
@@ -40,6 +40,7 @@
 # tool they name is started with --help (the pytest stage collects the GPU tests instead).
 # Full JSON goes to RESULTS_DIR; a short table is printed last.
 set -uo pipefail
+case ${1:-} in -h|--help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 dry=
 [ "${1:-}" = --dry-run ] && { dry=1; shift; }
 out=${1:?usage: tools/gpu_suite.sh [--dry-run] RESULTS_DIR [STAGE ...]}
@@ -69,7 +70,7 @@ for stage in $stages; do
                run $py tools/bench_spmm.py --device cuda --preset "$p" --index-dtype int32 \
                  --reps 10 --steps 20 --out "$out/spmm_$p.json"
              done ;;
-    solver)  run $py tools/bench_solver.py --device cuda --out "$out/solver.json" ;;
+    solver)  run $py tools/experiments/bench_solver.py --device cuda --out "$out/solver.json" ;;
     e2e|e2e-reddit|e2e-products)
              presets="reddit products"; [ "$stage" != e2e ] && presets=${stage#e2e-}
              for p in $presets; do  # products: GCN in fp32, as in docs/benchmarks.md
@@ -83,7 +84,7 @@ for stage in $stages; do
                  --out "$out/grid_h$h.json"
              done ;;
     tta)     [ -n "$dry" ] && H=${H:-0.20}
-             H=${H:-$($py tools/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
+             H=${H:-$($py tools/experiments/pick_homophily.py "$out"/grid_h*.json)} || { status=1; continue; }
              seeds=${TTA_SEEDS:-0 1 2}
              echo "homophily $H, seeds $seeds"
              run $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
@@ -110,7 +111,7 @@ for stage in $stages; do
     mean)    run $py tools/interleaved_epochs.py yaml_configs/synthetic_200k_gcn.yaml --rounds 120 \
                --set train.device=cuda --variant default: --variant t10:tune_interval=10 \
                --out "$out/interleaved_200k.json" ;;
-    forward) run $py tools/bench_forward.py --out "$out/forward.json" ;;
+    forward) run $py tools/experiments/bench_forward.py --out "$out/forward.json" ;;
     precision) tmp=$(mktemp -d)
              for prec in fp32 bf16 int8; do
                case $prec in bf16) set_prec="train.amp=bf16" ;; *) set_prec="train.precision=$prec" ;; esac

@@ -3,7 +3,7 @@
 Reads ``test/nn/conv/test_{gcn,sage,gcn2}_conv.py`` (and PyG's ``test/conftest.py``) from a
 PyG source tree -- a checkout, or a git directory plus ``--rev`` -- into a temporary folder
 (PyG's test code is not stored in this repository), then runs them three times with pytest
-(plugin: ``tools/pyg_conformance_plugin.py``):
+(plugin: ``tools/plugins/pyg_conformance_plugin.py``):
 
 - ``stock``: PyG as installed;
 - ``swapped``: the classes replaced by the drop-ins (attached, budget 1.0);
@@ -86,7 +86,9 @@ def run_mode(mode: str, tests: str, timeout: int) -> dict:
     with open(ini, "w") as f:
         f.write("[pytest]\n")
     env = dict(os.environ, DGL_RSC_PYG_MODE=mode)
-    env["PYTHONPATH"] = os.pathsep.join([HERE, ROOT, env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(HERE, "plugins"), ROOT, env.get("PYTHONPATH", "")]
+    )
     cmd = [sys.executable, "-m", "pytest", "-q", "-c", ini, "--rootdir", tests,
            "-p", "pyg_conformance_plugin", "-p", "no:cacheprovider", f"--junitxml={report}",
            *FILES]  # fmt: skip

@@ -1,22 +1,28 @@
-"""Render the tables of docs/benchmarks.md from the JSON results in docs/results/.
+"""Render the tables and plots of docs/benchmarks.md from the JSON results in docs/results/.
 
-    python tools/render_benchmarks.py > /tmp/tables.md        # every table, by section
+    python tools/render_benchmarks.py                              # print every block
+    python tools/render_benchmarks.py --write docs/benchmarks.md   # refresh the page's blocks
+    python tools/render_benchmarks.py --check docs/benchmarks.md   # exit 1 when one is stale
     python tools/render_benchmarks.py collect runs/cora launcher_cora "dgl-rsc run ..."
         (keeps the environment, summary and table of a launcher run as docs/results/NAME.json)
 
-Each renderer reads one kind of result file (the tool that wrote it is named in its
-docstring); a file that is not there is left out.
+The page holds each block between ``<!-- render: NAME -->`` and ``<!-- end -->``; ``--write``
+replaces what is between them (and draws ``docs/results/tta_curves.png``), the prose around
+them is the page's own. Each renderer reads one kind of result file (the tool that wrote it is
+named in its docstring).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+TOOLS = Path(__file__).resolve().parent
+RESULTS = TOOLS.parent / "docs" / "results"
 
 
 def _load(name: str) -> dict:
@@ -28,7 +34,13 @@ def _where(m: dict) -> str:
 
 
 def _cmd(d: dict) -> str:
-    return f"`python {d['command']}`"
+    """The command that wrote ``d``, with the script's path of today (drivers of past
+    experiments moved to tools/experiments/)."""
+    cmd = d["command"]
+    script = re.match(r"tools/(\w+\.py)", cmd)
+    if script and not (TOOLS / script.group(1)).exists():
+        cmd = cmd.replace(script.group(0), f"tools/experiments/{script.group(1)}", 1)
+    return f"`python {cmd}`"
 
 
 def _mb(x) -> str:
@@ -69,7 +81,7 @@ E2E_ENGINES = ("stock", "patch-exact", "patch-rsc", "dgl-exact", "dgl-rsc", "nat
                "native-rsc")  # fmt: skip
 
 
-def e2e_cpu(name: str) -> str:
+def e2e_cpu(name: str, profile: bool = True) -> str:
     """tools/bench_cpu_e2e.py"""
     d = _load(name)
     m = d["machine"]
@@ -88,7 +100,7 @@ def e2e_cpu(name: str) -> str:
             x = (c.get("vs_stock") or {}).get(e)
             cells.append("-" if ms is None else f"{ms:.1f} ({x:.2f}x)" if x else f"{ms:.1f}")
         out.append(f"| {c['graph']} | {c['model']} | {c['threads']} | " + " | ".join(cells) + " |")
-    prof = [c for c in d["cases"] if c.get("profile_ms")]
+    prof = [c for c in d["cases"] if c.get("profile_ms")] if profile else []
     if prof:
         cats = list(next(iter(prof[0]["profile_ms"].values())))
         out += ["", "Profile of one epoch (self CPU ms by category):", "",
@@ -228,8 +240,8 @@ def _halo(x: dict) -> float:
     return (x.get("forward_halo_bytes") or 0) + (x.get("backward_halo_bytes") or 0)
 
 
-def dist(name: str) -> str:
-    """tools/dist_sweep.py"""
+def dist(name: str, keep=lambda row: True) -> str:
+    """tools/dist_sweep.py (the rows ``keep`` accepts)"""
     d = _load(name)
     m = d["machine"]
     out = [
@@ -244,7 +256,7 @@ def dist(name: str) -> str:
     ]
     base = {(r["config"], r["nproc"], r["method"], r["budget"], r.get("label", "")): r["exact"]
             for r in d["rows"] if str(r["bits"]) == "32" and r["exact"]}  # fmt: skip
-    for r in d["rows"]:
+    for r in filter(keep, d["rows"]):
         key = (r["config"], r["nproc"], r["method"], r["budget"])
         ref = base.get((*key, r.get("label", ""))) or base.get((*key, ""))
         for meth in ("exact", "rsc"):
@@ -337,58 +349,314 @@ def collect(run_dir: str, name: str, command: str) -> None:
     (RESULTS / f"{name}.json").write_text(json.dumps(keep, indent=2) + "\n")
 
 
-SECTIONS = [
-    ("CPU single operation: quickstart graph, 2 threads", spmm, "spmm_cpu_quickstart_t2.json"),
-    ("CPU single operation: quickstart graph, 1 thread", spmm, "spmm_cpu_quickstart_t1.json"),
-    ("CPU single operation: 200k graph, 2 threads", spmm, "spmm_cpu_g200k_t2.json"),
-    ("CPU single operation: 200k graph, 1 thread", spmm, "spmm_cpu_g200k_t1.json"),
-    ("CPU end to end against stock DGL", e2e_cpu, "e2e_cpu.json"),
-    ("Launcher: quickstart", launcher, "launcher_quickstart.json"),
-    ("Launcher: synthetic 200k", launcher, "launcher_synthetic_200k.json"),
-    ("Estimator fidelity, 2k nodes", fidelity, "fidelity_2k.json"),
-    ("Estimator fidelity, 20k nodes", fidelity, "fidelity.json"),
-    ("Gradient norm ratio over training (Cora)", grad_ratio, "grad_ratio_cora.json"),
-    ("Accuracy parity: Cora, CiteSeer", parity, "parity_cora_citeseer.json"),
-    ("Accuracy parity: tolokers", parity, "parity_tolokers.json"),
-    ("Accuracy parity: quickstart", parity, "parity_quickstart.json"),
-    ("Distributed: Cora, 4 partitions", dist, "dist_small.json"),
-    ("Distributed: CiteSeer, 4 partitions", dist, "dist_citeseer.json"),
-    ("Distributed: tolokers, 4 partitions", dist, "dist_tolokers.json"),
-    ("Distributed: bytes on the 200k graph", dist, "dist_200k_bytes.json"),
-    ("Distributed: quantized messages on the 200k graph", dist, "dist_200k_quant.json"),
-    ("Distributed: overlap on the 200k graph", dist_timings, "dist_200k_overlap.json"),
-    ("Distributed: 200k nodes at 10 edges per node, 4 partitions", dist, "dist_200k_d10.json"),
-    ("Distributed: overlap at 10 edges per node", dist_timings, "dist_200k_d10.json"),
-    ("Communication volume at scale (simulated)", comm_sim, "comm_sim.json"),
-    ("Mini-batch accuracy: Cora, CiteSeer", parity, "minibatch_small.json"),
-    ("Mini-batch accuracy: tolokers", parity, "minibatch_tolokers.json"),
-    ("Mini-batch accuracy: 200k graph", parity, "minibatch_200k.json"),
-    ("Mini-batch accuracy: Cora, fixed Cluster-GCN batches", parity, "minibatch_fixed.json"),
-]
-PROFILES = [f"profile_{g}_{s}.json" for g in ("cora", "tolokers", "synthetic_200k")
-            for s in ("cluster", "saint")]  # fmt: skip
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}"
+
+
+def _tta_runs(files: list, variant: str):
+    """``(doc, [(exact run, variant run), ...])`` of a tools/tta_sweep.py sweep over files."""
+    pairs, doc = [], None
+    for name in files:
+        doc = _load(name)
+        for seed in doc["seeds"]:
+            pairs.append((doc["runs"][f"exact-seed{seed}"], doc["runs"][f"{variant}-seed{seed}"]))
+    return doc, pairs
+
+
+def _approx_epoch_ratio(exact: dict, rsc: dict) -> float:
+    """Exact's training seconds over RSC's on the epochs of RSC's approximate phase."""
+    ep = {h["epoch"] for h in rsc["history"] if h.get("phase") == "approx"}
+    t_exact = sum(h["epoch_s"] for h in exact["history"] if h["epoch"] in ep)
+    t_rsc = sum(h["epoch_s"] for h in rsc["history"] if h["epoch"] in ep)
+    return t_exact / t_rsc if t_rsc else float("nan")
+
+
+def tta(rows: list) -> str:
+    """tools/tta_sweep.py: one row per (label, files, variant, budget)"""
+    mean = statistics.mean
+    out = ["| graph, model | seeds | budget | exact test | RSC test | reached "
+           "| time to target vs exact | approx. epoch vs exact | visited |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    where, files_all = {}, []
+    for label, files, variant, budget in rows:
+        doc, pairs = _tta_runs(files, variant)
+        env = doc["environment"]
+        where[f"{env.get('gpu') or str(env['cpus']) + '-core CPU'}, {doc['date']}"] = None
+        files_all += files
+        speed = [r["tta_speedup"] for _, r in pairs if r.get("tta") is not None]
+        out.append(
+            f"| {label} | {len(pairs)} | {budget} "
+            f"| {_pct(mean(e['best']['test'] for e, _ in pairs))} "
+            f"| {_pct(mean(r['best']['test'] for _, r in pairs))} | {len(speed)}/{len(pairs)} "
+            f"| {f'{mean(speed):.2f}x' if speed else 'not reached'} "
+            f"| {mean(_approx_epoch_ratio(e, r) for e, r in pairs):.2f}x "
+            f"| {mean(r['rsc_stats']['visited_fraction'] for _, r in pairs):.2f} |"
+        )
+    out += ["", f"{'; '.join(where)}. JSON: " + ", ".join(f"`{f}`" for f in files_all) + "."]
+    return "\n".join(out)
+
+
+def tta_commands(rows: list) -> str:
+    """The tools/tta_sweep.py command of each sweep of :func:`tta` (one per config)."""
+    out = []
+    for _, files, variant, budget in rows:
+        d = _load(files[0])
+        sets = " ".join(f"--set {x}" for x in d["sets"])
+        var = (
+            f"--variant {variant}:budget={budget}" if variant != "default" else "--variant default:"
+        )
+        seeds = " ".join(str(s) for f in files for s in _load(f)["seeds"])
+        out.append(f"python tools/tta_sweep.py {d['config']} --seeds {seeds} {sets} {var} "
+                   f"--out docs/results/{files[0]}")  # fmt: skip
+    return "```bash\n" + "\n".join(out) + "\n```"
+
+
+def tta_plot(rows: list, png: Path) -> None:
+    """Validation against training seconds, seed by seed 0 of each sweep, with exact's target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, (len(rows) + 1) // 2, figsize=(4 * ((len(rows) + 1) // 2), 6.4))
+    for ax, (label, files, variant, budget) in zip(axes.flat, rows):
+        doc, pairs = _tta_runs(files[:1], variant)
+        exact, rsc = pairs[0]
+        for run, name in ((exact, "exact"), (rsc, f"RSC {budget}")):
+            t, pts = 0.0, []
+            for h in run["history"]:
+                t += h["epoch_s"]
+                if h["val"] is not None:
+                    pts.append((t, h["val"]))
+            ax.plot(*zip(*pts), label=name, linewidth=1)
+        target = exact["best"]["val"] - doc["tolerance"] / 100
+        ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+        ax.set_ylim(target - 0.12, exact["best"]["val"] + 0.02)
+        where = "CPU" if doc["device"] == "cpu" else doc["device"].split()[1]
+        ax.set_title(f"{label}, {where}, seed {doc['seeds'][0]}", fontsize=9)
+        ax.set_xlabel("training seconds", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in list(axes.flat)[len(rows) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(png, dpi=80, metadata={"Software": None})
+    plt.close(fig)
+
+
+def ceiling(names: list) -> str:
+    """tools/experiments/step_costs.py: what a free sampled product would save per epoch"""
+    out = ["| graph, model | exact epoch ms | sampled products ms (share) | epoch speedup if free "
+           "| at RSC's visited fraction | RSC measured | date |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for label, name in names:
+        d = _load(name)
+        c = d["ceiling"]
+        out.append(
+            f"| {label} | {c['exact_epoch_ms']:.1f} "
+            f"| {c['sampled_ms_per_epoch']:.1f} ({100 * c['sampled_share']:.0f}%) "
+            f"| {c['free']:.2f}x | {c['at_visited']:.2f}x ({c['visited']:.2f}) "
+            f"| {c['measured_mean']:.2f}x | {d['machine']['date'][:10]} |"
+        )
+    return "\n".join(out)
+
+
+def interleaved(rows: list) -> str:
+    """tools/interleaved_epochs.py: epoch time of a setting against exact, epoch by epoch"""
+    out = ["| config | rounds | exact epoch ms (median) | ratio to exact: median | mean "
+           "| visited |", "|---|---|---|---|---|---|"]  # fmt: skip
+    dates, names = {}, []
+    for name, variant in rows:
+        d = _load(name)
+        sets = "".join(f" {s}" for s in d["sets"])
+        dates[d["date"][:10]] = None
+        names.append(name)
+        out.append(
+            f"| {Path(d['config']).name}{sets} | {d['rounds']} "
+            f"| {1e3 * d['median_epoch_s']['exact']:.1f} | {d['ratio_to_exact'][variant]:.3f}x "
+            f"| {d['mean_ratio_to_exact'][variant]:.3f}x | {d['visited_fraction'][variant]:.2f} |"
+        )
+    out += ["", f"{', '.join(dates)}. JSON: " + ", ".join(f"`{n}`" for n in names) + "."]
+    return "\n".join(out)
+
+
+def e2e_gpu(names: list) -> str:
+    """tools/bench_e2e.py: exact against RSC, per epoch and to exact's target"""
+    out = ["| graph | model | precision | exact epoch ms | RSC epoch ms (approx. phase) "
+           "| epoch speedup | time to target vs exact | test exact / RSC | GPU, date |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        d = _load(name)
+        g, m = d["graph"], d["machine"]
+        for r in d["rows"]:
+            if "speedup_approx_phase" not in r:
+                continue
+            tta = r.get("tta_speedup")
+            out.append(
+                f"| {d['preset']} ({g['nodes']} nodes, {g['edges']} edges) | {r['model']} "
+                f"| {'fp32' if r['amp'] == 'none' else r['amp']} "
+                f"| {1e3 * r['exact_epoch_s_approx_phase']:.1f} "
+                f"| {1e3 * r['rsc_epoch_s_approx_phase']:.1f} | {r['speedup_approx_phase']:.2f}x "
+                f"| {'not reached' if tta is None else f'{tta:.2f}x'} "
+                f"| {_pct(r['exact_test'])} / {_pct(r['rsc_test'])} "
+                f"| {m.get('gpu')}, {m['date'][:10]} |"
+            )
+    return "\n".join(out)
+
+
+def kernels_gpu(name: str, budgets=(0.1, 0.2)) -> str:
+    """tools/bench_kernels.py: one backward step's pieces on CuPy against the exact product"""
+    d = _load(name)
+    info = d["info"]
+    out = [f"{info['device']}, torch {info['torch']}, CuPy {info['cupy']}, {info['date'][:10]}. "
+           f"Command: `python {info['command'].split('python3 ', 1)[-1]}`. Median ms.", "",
+           "| graph | rows, nnz, d | budget | exact product | score | select | slice | "
+           "sampled product | sampled product x |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for g, r in d["results"].items():
+        ms = r["ms"]
+        exact = ms["product_exact/torch.sparse"]
+        for b in budgets:
+            prod = ms[f"product_b{b}/torch.sparse"]
+            out.append(
+                f"| {g} | {r['rows']}, {r['nnz']}, {r['d']} | {b} | {exact:.2f} "
+                f"| {ms['scores_fp32/cupy']:.2f} | {ms[f'select_b{b}/cupy']:.2f} "
+                f"| {ms[f'slice_t_b{b}/cupy']:.2f} | {prod:.2f} | {exact / prod:.2f}x |"
+            )
+    return "\n".join(out)
+
+
+def launcher_summary(names: list) -> str:
+    """launcher runs kept by ``collect``: time to target and epoch against the stock library"""
+    out = ["| run | method | test | time to target | vs stock | epoch vs stock | date |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        d = _load(name)
+        for meth, v in d["summary"].items():
+            if not isinstance(v, dict) or "test_mean" not in v:
+                continue
+            t, vs = v.get("time_to_target_s"), v.get("tta_vs_stock")
+            test = v["test_mean"] * (100 if v["test_mean"] <= 1 else 1)
+            out.append(
+                f"| `{name}` | {meth} | {test:.2f} "
+                f"| {'not reached' if t is None else f'{t:.1f} s'} "
+                f"| {'-' if vs is None else f'{vs:.2f}x'} | {v['speedup'] / _stock_speed(d):.2f}x "
+                f"| {d['environment']['date'][:10]} |"
+            )
+    return "\n".join(out)
+
+
+def _stock_speed(d: dict) -> float:
+    return d["summary"]["stock"]["speedup"]
+
+
+def int8_table(names: list) -> str:
+    """tools/experiments/int8_accuracy.py (its own renderer)"""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "experiments"))
+    import int8_accuracy
+
+    return int8_accuracy.render([str(RESULTS / n) for n in names]).rstrip("\n")
+
+
+#: the tta_sweep rows of the page: (label, files, variant, budget)
+TTA_CPU = [
+    ("quickstart GCN (30k nodes, degree 50)", ["tta_gather_quickstart_vm2.json"], "default", 0.1),
+    ("quickstart SAGE", ["tta_gather_quickstart_sage_vm2.json"], "default", 0.1),
+    ("Cora GCN", ["tta_b02_cora_vm2.json"], "default", 0.3),
+    ("CiteSeer GCN", ["tta_b02_citeseer_vm2.json"], "default", 0.3),
+    ("tolokers ResGCN (ROC-AUC)", ["tta_gather_tolokers_vm2.json"], "default", 0.2),
+    ("sparse-heavy GCN (40k nodes, degree 100)", ["tta_b02_sparse_heavy_vm2_seeds012.json",
+                                    "tta_b02_sparse_heavy_vm2_seeds34.json"], "b02", 0.2),
+    ("200k preset GCN (200k nodes, degree 100)",
+     ["tta_b02_200k_vm2.json", "tta_b02_200k_vm2_seed1.json", "tta_b02_200k_vm2_seed2.json"],
+     "b02", 0.2),
+]  # fmt: skip
+TTA_GPU = [("200k preset GCN (200k nodes, degree 100)", ["tta_b02_200k_h100.json"], "b02", 0.2)]
+CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
+            (("quickstart GCN", "quickstart"), ("quickstart SAGE", "quickstart_sage"),
+             ("Cora GCN", "cora"), ("CiteSeer GCN", "citeseer"), ("tolokers ResGCN", "tolokers"),
+             ("sparse-heavy GCN", "sparse_heavy"), ("200k preset GCN", "200k"))]  # fmt: skip
+PLOT = "tta_curves.png"
+
+#: the blocks of the page: name -> () -> markdown
+BLOCKS = {
+    "tta-cpu": lambda: tta(TTA_CPU),
+    "tta-gpu": lambda: tta(TTA_GPU),
+    "tta-commands": lambda: tta_commands(TTA_CPU + TTA_GPU),
+    "stock-pyg": lambda: launcher_summary(
+        [
+            "launcher_200k_h100_pyg_seed0.json",
+            "launcher_200k_h100_pyg_seed1.json",
+            "pyg_cora_patch_quiet.json",
+        ]
+    ),
+    "ceiling": lambda: ceiling(CEILINGS),
+    "epoch": lambda: interleaved(
+        [
+            ("interleaved_gather_quickstart_vm2.json", "now"),
+            ("interleaved_gather_quickstart_sage_vm2.json", "now"),
+            ("interleaved_gather_tolokers_vm2.json", "now"),
+            ("interleaved_gather_sparse_heavy_vm2.json", "now"),
+            ("interleaved_kept_200k_vm2.json", "default"),
+        ]
+    ),
+    "stock-dgl": lambda: e2e_cpu("e2e_cpu.json", profile=False),
+    "kernels-cpu": lambda: spmm("spmm_cpu_g200k_t2.json"),
+    "gpu": lambda: e2e_gpu(["e2e_reddit_h100_folded.json", "e2e_products_h100_folded.json"]),
+    "distributed": lambda: dist(
+        "dist_200k_bytes.json", lambda r: r["nproc"] == 4 and r["method"] == "metis"
+    ),
+    "distributed-small": lambda: dist(
+        "dist_small.json", lambda r: str(r["bits"]) in ("None", "32", "8", "adaptive")
+    ),
+    "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
+    "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
+    "minibatch": lambda: parity("minibatch_small.json"),
+}
+MARK = re.compile(r"(<!-- render: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
+
+
+def render_page(text: str) -> str:
+    """The page with every block rendered again (an unknown block name is an error)."""
+
+    def fill(m):
+        if m.group(2) not in BLOCKS:
+            raise SystemExit(f"unknown block {m.group(2)!r}; known: {', '.join(BLOCKS)}")
+        return f"{m.group(1)}{BLOCKS[m.group(2)]()}\n{m.group(4)}"
+
+    return MARK.sub(fill, text)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="%(prog)s [collect RUN_DIR NAME COMMAND]",
+        usage="%(prog)s [--write PAGE | --check PAGE | collect RUN_DIR NAME COMMAND]",
     )  # fmt: skip
+    p.add_argument("--write", metavar="PAGE", help="render the blocks of PAGE in place")
+    p.add_argument("--check", metavar="PAGE", help="exit 1 when a block of PAGE is stale")
     p.add_argument("words", nargs="*", help=argparse.SUPPRESS)
-    words = p.parse_args(argv).words
-    if words:
-        if len(words) != 4 or words[0] != "collect":
-            p.error("give no arguments (render every table) or: collect RUN_DIR NAME COMMAND")
-        collect(*words[1:])
-        return
-    parts = []
-    for title, fn, name in SECTIONS:
-        if (RESULTS / name).exists():
-            parts.append(f"### {title}\n\n{fn(name)}")
-    if any((RESULTS / p).exists() for p in PROFILES):
-        parts.append(f"### Mini-batch epoch profile\n\n{profile(PROFILES)}")
-    sys.stdout.write("\n\n".join(parts) + "\n")
+    args = p.parse_args(argv)
+    if args.words:
+        if len(args.words) != 4 or args.words[0] != "collect":
+            p.error("give no arguments, --write/--check PAGE, or: collect RUN_DIR NAME COMMAND")
+        collect(*args.words[1:])
+        return 0
+    page = args.write or args.check
+    if page is None:
+        for name, fn in BLOCKS.items():
+            sys.stdout.write(f"<!-- render: {name} -->\n{fn()}\n<!-- end -->\n\n")
+        return 0
+    text = Path(page).read_text()
+    new = render_page(text)
+    if args.check:
+        stale = [m.group(2) for m, n in zip(MARK.finditer(text), MARK.finditer(new))
+                 if m.group(3) != n.group(3)]  # fmt: skip
+        for name in stale:
+            sys.stdout.write(f"stale block {name!r}: run {Path(__file__).name} --write {page}\n")
+        return 1 if stale else 0
+    Path(page).write_text(new)
+    tta_plot(TTA_CPU + TTA_GPU, RESULTS / PLOT)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -58,7 +58,8 @@ BACKENDS: dict[str, Backend] = {
     b.name: b
     for b in (
         Backend("torch", "dgl_rsc.backends.torch_ref", ("any",), _nothing,
-                "vectorized torch, the reference (CPU and every device)", "dgl_rsc.int8.ref"),
+                "vectorized torch, the reference (CPU and every device)",
+                "dgl_rsc.backends.int8_ref"),
         Backend("cupy", "dgl_rsc.backends.cupy_backend", ("cuda",), _deps.require_cupy,
                 "CuPy RawKernels (CUDA)", "dgl_rsc.backends.int8_cupy"),
         Backend("numba", "dgl_rsc.backends.numba_backend", ("cuda", "cpu-simulator"),
@@ -111,5 +112,5 @@ def resolve(name: str, device) -> ModuleType:
 def resolve_int8(name: str, device) -> ModuleType:
     """The INT8 sparse-product module of backend ``name`` on ``device`` (the same choice and
     errors as :func:`resolve`): ``int8_spmm`` and ``int8_spmm_acc`` as in
-    :mod:`dgl_rsc.int8.ref`."""
+    :mod:`dgl_rsc.backends.int8_ref`."""
     return _pick(name, device).load_int8()

@@ -1,7 +1,7 @@
 """Numba CPU kernel of the INT8 sparse-dense product (the CPU default where Numba imports).
 
 One pass over each row's entries with an int32 accumulator row, then the fused dequantize,
-operation for operation as :mod:`dgl_rsc.int8.ref` (bit-identical integers; the two fp32
+operation for operation as :mod:`dgl_rsc.backends.int8_ref` (bit-identical integers; the two fp32
 products in the same order). Rows run in parallel chunks of equal non-zeros
 (:func:`dgl_rsc.sparse.cpu_spmm.run_chunked`).
 """
@@ -64,12 +64,12 @@ def _run(indptr, indices, qvals, qX, fused, row_factor, col_scale):
 
 
 def int8_spmm_acc(indptr, indices, qvals: Optional[torch.Tensor], qX) -> torch.Tensor:
-    """``(M, D)`` int32 accumulation (as :func:`dgl_rsc.int8.ref.int8_spmm_acc`)."""
+    """``(M, D)`` int32 accumulation (as :func:`dgl_rsc.backends.int8_ref.int8_spmm_acc`)."""
     return _run(indptr, indices, qvals, qX, False, None, None)
 
 
 def int8_spmm(indptr, indices, qvals, qX, row_factor, col_scale) -> torch.Tensor:
-    """``(M, D)`` fp32 fused product (as :func:`dgl_rsc.int8.ref.int8_spmm`)."""
+    """``(M, D)`` fp32 fused product (as :func:`dgl_rsc.backends.int8_ref.int8_spmm`)."""
     return _run(indptr, indices, qvals, qX, True, row_factor, col_scale.float())
 
 

@@ -1,5 +1,5 @@
 """CuPy launcher of the INT8 kernels (``cuda/int8_spmm.cu``): the functions of
-:mod:`dgl_rsc.int8.ref` on CUDA torch tensors.
+:mod:`dgl_rsc.backends.int8_ref` on CUDA torch tensors.
 
 Compiled once per device by ``cupy.RawModule``; kernels run on torch's current stream on raw
 device pointers; no host synchronization. ``int8_spmm_acc`` (the bare integers, a debugging
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..int8 import ref
 from . import _cuda_source
+from . import int8_ref as ref
 
 __all__ = ["int8_spmm", "int8_spmm_acc", "quantize_codes", "NAME_EXPRESSIONS", "OPTIONS"]
 
@@ -48,7 +48,7 @@ def _launch(t: torch.Tensor, name: str, grid, block, *args) -> None:  # pragma: 
 
 
 def int8_spmm(indptr, indices, qvals, qX, row_factor, col_scale) -> torch.Tensor:
-    """``(M, D)`` fp32, as :func:`dgl_rsc.int8.ref.int8_spmm`."""
+    """``(M, D)`` fp32, as :func:`dgl_rsc.backends.int8_ref.int8_spmm`."""
     m, d = indptr.numel() - 1, qX.shape[1]
     out = torch.empty((m, d), dtype=torch.float32, device=qX.device)
     if m == 0 or d == 0:

@@ -1,4 +1,5 @@
-"""Numba-CUDA kernels of the INT8 product and codes (the functions of :mod:`dgl_rsc.int8.ref`).
+"""Numba-CUDA kernels of the INT8 product and codes (the functions of
+:mod:`dgl_rsc.backends.int8_ref`).
 
 On a GPU the functions take CUDA torch tensors; under Numba's simulator
 (``NUMBA_ENABLE_CUDASIM=1`` before Numba is imported) they take CPU tensors, which is how the
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from ..base import _deps
-from ..int8 import ref
+from . import int8_ref as ref
 
 cuda = _deps.require_numba_cuda()
 
@@ -91,7 +92,7 @@ def _arr(t: torch.Tensor):
 
 
 def int8_spmm(indptr, indices, qvals, qX, row_factor, col_scale) -> torch.Tensor:
-    """``(M, D)`` fp32, as :func:`dgl_rsc.int8.ref.int8_spmm`."""
+    """``(M, D)`` fp32, as :func:`dgl_rsc.backends.int8_ref.int8_spmm`."""
     m, d = indptr.numel() - 1, qX.shape[1]
     out = torch.empty((m, d), dtype=torch.float32, device=qX.device)
     if m == 0 or d == 0:

@@ -3,8 +3,8 @@ convolutions on int8 operands with int32 accumulation, dequantized once.
 
 Python API: :func:`quantize_model` (``train.precision: int8`` in the launcher). The pieces:
 :mod:`.quantize` (codes and scales), :mod:`.gemm` (dense products), :mod:`.spmm` (sparse
-products, kernels in :mod:`dgl_rsc.backends`), :mod:`.ref` (their torch reference),
-:mod:`.model` (which layers and what stays in fp32).
+products, kernels in :mod:`dgl_rsc.backends`, their torch reference
+:mod:`dgl_rsc.backends.int8_ref`), :mod:`.model` (which layers and what stays in fp32).
 """
 
 from __future__ import annotations

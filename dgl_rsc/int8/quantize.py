@@ -27,23 +27,9 @@ from typing import Callable, Optional
 
 import torch
 
-from ..quant.rounding import bf16_scale_up, hash_uniform
+from ..quant.rounding import QMAX, bf16_scale_up, torch_codes
 
 __all__ = ["QMAX", "quantize", "dequantize", "torch_codes"]
-
-QMAX = 127  #: codes are symmetric in [-QMAX, QMAX] (-128 is never used)
-
-
-def torch_codes(x: torch.Tensor, s: torch.Tensor, rounding: str, seed: int) -> torch.Tensor:
-    """The codes of fp32 ``x (R, C)`` for scales ``s`` (broadcastable: ``(R, 1)``,
-    ``(1, C)`` or ``(1, 1)``): the reference of every kernel module's ``quantize_codes``."""
-    v = x / torch.where(s > 0, s, 1.0)
-    if rounding == "nearest":
-        v = torch.round(v)
-    else:
-        v = (v + hash_uniform(seed, x.numel(), x.device).view(x.shape)).floor_()
-    v = torch.nan_to_num_(v, nan=0.0).clamp_(-QMAX, QMAX)
-    return v.to(torch.int8)
 
 
 def quantize(

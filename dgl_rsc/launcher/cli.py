@@ -248,6 +248,7 @@ def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
     if not main:
         return 0
     env = environment(prep.device)
+    env["setup_s"] = dict(prep.__dict__.get("setup_s", {}))  # setup phases the runs shared
     summary = write_report(out, cfg.to_dict(), records, env, prep.data.metric)
     print()
     print(format_table(summary, prep.data.metric))

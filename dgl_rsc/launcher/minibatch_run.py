@@ -12,12 +12,17 @@ the batch's training nodes, and every aggregation weights edge ``u -> v`` by ``e
 on the full graph's normalized adjacency. The convolutions normalize by the degrees of the
 graph they are given (the subgraph's), so the edge weight passed to them also undoes that:
 ``sqrt(d_out_sub(u) d_in_sub(v) / (d_out(u) d_in(v)))`` for GCN-type layers and
-``d_in_sub(v) / d_in(v)`` for mean aggregation. Evaluation stays full-graph.
+``d_in_sub(v) / d_in(v)`` for mean aggregation. Evaluation stays full-graph. The weights are
+estimated from pre-sampled batches once per seed and shared by the methods of the run
+(``prep.saint_norms``); the pre-sampling shows a progress bar and its seconds go to
+``prep.setup_s`` (``results.json``: ``environment.setup_s``).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from collections import OrderedDict
 from typing import Optional
@@ -82,10 +87,18 @@ class BatchSource:
                     "minibatch.normalize: false."
                 )
             train_nodes = int(prep.masks["train"].sum())
+            shared = prep.__dict__.setdefault("saint_norms", {})  # seed -> SaintNorms
+            start, bar = time.perf_counter(), _Progress(f"GraphSAINT weights, seed {seed}")
             self.loader = SaintLoader(src, dst, n, mb.sampler, mb.budget, t.batches_per_epoch,
                                       seed=seed, engine=engine, normalize=mb.normalize,
                                       num_presample=mb.num_presample,
-                                      num_loss_nodes=train_nodes)  # fmt: skip
+                                      num_loss_nodes=train_nodes, progress=bar.update,
+                                      norms=shared.get(seed))  # fmt: skip
+            bar.close()
+            if mb.normalize and seed not in shared:
+                shared[seed] = self.loader.norms
+                setup = prep.__dict__.setdefault("setup_s", {})
+                setup[f"saint_presample_seed{seed}"] = time.perf_counter() - start
         self.normalize = t.mode == "saint" and mb.normalize
         self.deg_in = torch.bincount(dst, minlength=n).clamp(min=1).float()
         self.deg_out = torch.bincount(src, minlength=n).clamp(min=1).float()
@@ -120,6 +133,27 @@ class BatchSource:
         else:
             fix = torch.sqrt(sub_out * sub_in / (self.deg_out[gsrc] * self.deg_in[gdst]))
         return batch.edge_norm.float() * fix
+
+
+class _Progress:
+    """A progress bar on stderr for a setup phase, shown once it is first updated (where the
+    launcher shows its epoch bars: a terminal, not CI)."""
+
+    def __init__(self, desc: str):
+        self.desc, self.bar = desc, None
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            quiet = not sys.stderr.isatty() or bool(os.environ.get("CI"))
+            self.bar = tqdm(total=total, desc=self.desc, disable=quiet, leave=False,
+                            dynamic_ncols=True, mininterval=0.5)  # fmt: skip
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _partition_of(layout, n: int) -> torch.Tensor:

@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
-from typing import Iterable, Iterator, Optional, Protocol
+from typing import Callable, Iterable, Iterator, Optional, Protocol
 
 import numpy as np
 import torch
@@ -214,19 +214,29 @@ class PresampleSource(Protocol):
     def presample(self) -> Iterator[SubgraphBatch]: ...
 
 
-def _until_coverage(batches: Iterator[SubgraphBatch], nodes: int) -> Iterator[SubgraphBatch]:
+def _until_coverage(batches: Iterator[SubgraphBatch], nodes: int,
+                    progress=None) -> Iterator[SubgraphBatch]:  # fmt: skip
     drawn = 0
     for batch in batches:
         yield batch
         drawn += batch.num_nodes
+        if progress is not None:
+            progress(min(drawn, nodes), nodes)
         if drawn >= nodes:
             return
+
+
+def _reporting(batches: Iterator[SubgraphBatch], total: int, progress) -> Iterator[SubgraphBatch]:
+    for i, batch in enumerate(batches, 1):
+        yield batch
+        progress(i, total)
 
 
 def estimate_saint_norms(
     loader: PresampleSource,
     num_presample: Optional[int] = None,
     num_loss_nodes: Optional[int] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> SaintNorms:
     """GraphSAINT's weights estimated from ``num_presample`` batches of ``loader.presample()``
     (a stream of its own: training epochs draw other batches).
@@ -236,16 +246,20 @@ def estimate_saint_norms(
         num_presample: ``K``; default: as many batches as it takes to draw
             ``PRESAMPLE_COVERAGE * N`` nodes in all.
         num_loss_nodes: ``T``, see :func:`saint_norms`.
+        progress: called as ``progress(done, total)`` after each batch: nodes drawn of the
+            nodes to draw (default ``K``), or batches of ``K``.
     """
     n, dst = loader.num_nodes, loader.dst
     if num_presample is None:
-        batches = _until_coverage(loader.presample(), PRESAMPLE_COVERAGE * n)
+        batches = _until_coverage(loader.presample(), PRESAMPLE_COVERAGE * n, progress)
     elif isinstance(num_presample, bool) or not isinstance(num_presample, int):
         raise ValueError(f"num_presample must be an integer or None, got {num_presample!r}.")
     elif num_presample < 1:
         raise ValueError(f"num_presample={num_presample} must be at least 1 (or None).")
     else:
         batches = itertools.islice(loader.presample(), num_presample)
+        if progress is not None:
+            batches = _reporting(batches, num_presample, progress)
     node_count, edge_count, k = count_inclusions(batches, n, dst.numel())
     node_prob = node_count.clamp(min=1).double() / k
     edge_prob = edge_count.clamp(min=1).double() / k

@@ -130,7 +130,9 @@ class SaintLoader(Loader):
         seed: seeds every draw; engine: ``"native"`` or ``"dgl"``.
         normalize: estimate GraphSAINT's weights (:func:`.estimate_saint_norms`) from
             ``num_presample`` batches and attach them to every batch.
-        num_presample, num_loss_nodes: see :func:`.estimate_saint_norms`.
+        num_presample, num_loss_nodes, progress: see :func:`.estimate_saint_norms`.
+        norms: weights estimated before (the same graph, mode, budget and seed: the methods
+            of one run share them), used instead of pre-sampling again.
 
     Attributes:
         norms: the :class:`.SaintNorms` attached to every batch, or ``None``.
@@ -145,7 +147,7 @@ class SaintLoader(Loader):
 
     def __init__(self, src, dst, num_nodes, mode, budget, batches_per_epoch, seed=0,
                  engine="native", normalize=True, num_presample=None,
-                 num_loss_nodes=None):  # fmt: skip
+                 num_loss_nodes=None, progress=None, norms=None):  # fmt: skip
         super().__init__()
         src, dst, n = check_edges(src, dst, num_nodes)
         if mode not in SAINT_MODES:
@@ -160,7 +162,8 @@ class SaintLoader(Loader):
         self._impl = cls(src, dst, n, mode, self.budget, self.batches_per_epoch, self.seed)
         self.norms: Optional[SaintNorms] = None
         if normalize:
-            self.norms = estimate_saint_norms(self, num_presample, num_loss_nodes)
+            self.norms = norms or estimate_saint_norms(self, num_presample, num_loss_nodes,
+                                                       progress)  # fmt: skip
 
     def presample(self) -> Iterator[SubgraphBatch]:
         """An endless stream of batches, seeded apart from the training epochs."""

@@ -12,6 +12,8 @@ reproduce them bit for bit.
   a 32-bit unsigned operation (xor, shift, multiply modulo ``2^32``), emulated here in int64
   with the 32x32-bit product split into two 32x16-bit halves, so no int64 product overflows.
   The CUDA version is ``rsc_lowbias32`` in ``cuda/int8_spmm.cu``.
+* :func:`torch_codes`: the int8 codes of ``x`` for given scales, nearest or stochastic (the
+  reference of every INT8 kernel module's ``quantize_codes``, :mod:`dgl_rsc.int8.quantize`).
 
 >>> hex(lowbias32(1))
 '0x688990c0'
@@ -23,7 +25,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["MASK32", "bf16_grid", "bf16_scale_up", "lowbias32", "hash_uniform", "stream_seed"]
+__all__ = ["MASK32", "QMAX", "bf16_grid", "bf16_scale_up", "lowbias32", "hash_uniform",
+           "stream_seed", "torch_codes"]  # fmt: skip
+
+QMAX = 127  #: int8 codes are symmetric in [-QMAX, QMAX] (-128 is never used)
 
 MASK32 = 0xFFFFFFFF
 _C1, _C2 = 0x7FEB352D, 0x846CA68B  # lowbias32's multipliers
@@ -77,3 +82,15 @@ def hash_uniform(seed: int, numel: int, device=None) -> torch.Tensor:
     i = torch.arange(numel, dtype=torch.int64, device=device) & MASK32
     h = lowbias32(lowbias32(i) ^ (int(seed) & MASK32))
     return (h >> 8).to(torch.float32) * _U24
+
+
+def torch_codes(x: torch.Tensor, s: torch.Tensor, rounding: str, seed: int) -> torch.Tensor:
+    """The codes of fp32 ``x (R, C)`` for scales ``s`` (broadcastable: ``(R, 1)``,
+    ``(1, C)`` or ``(1, 1)``): the reference of every kernel module's ``quantize_codes``."""
+    v = x / torch.where(s > 0, s, 1.0)
+    if rounding == "nearest":
+        v = torch.round(v)
+    else:
+        v = (v + hash_uniform(seed, x.numel(), x.device).view(x.shape)).floor_()
+    v = torch.nan_to_num_(v, nan=0.0).clamp_(-QMAX, QMAX)
+    return v.to(torch.int8)

@@ -1,7 +1,8 @@
 """Exact sparse-dense products: the one dispatch point between the CPU and CUDA engines.
 
 ``csr_mm(A, X)`` computes ``diag(rs) A diag(cs) X`` (scales optional). On the CPU it runs
-DGL's own message-passing kernel where DGL imports (:mod:`dgl_rsc.dgl.kernels`), else the Numba
+DGL's own message-passing kernel where DGL imports (:mod:`dgl_rsc.dgl.kernels`, plugged in by
+:func:`register`), else the Numba
 kernels of :mod:`dgl_rsc.sparse.cpu_spmm` (bit-identical to DGL's, within 0-25% of its speed:
 ``docs/benchmarks.md``); products of a cached RSC slice (``sparse_write``) always run on the
 Numba kernels, which write only the rows the slice reaches. Outputs are reusable buffers of
@@ -20,8 +21,6 @@ import torch
 
 from ..backends import spmm_cupy
 from ..base import _deps
-from ..dgl import kernels as dgl_kernels
-from ..int8.spmm import int8_csr_mm
 from . import compact
 from .buffers import OutputPool
 from .csr import CSR
@@ -34,6 +33,7 @@ __all__ = [
     "csr_mm_sum",
     "csr_t_mm",
     "pooled_output",
+    "register",
     "sddmm",
 ]
 
@@ -80,11 +80,32 @@ class Scales(NamedTuple):
 
 NO_SCALES = Scales()
 
+#: The engines a higher layer plugs in, so that this layer imports none of them (the package's
+#: ``__init__`` registers both): ``"exact_cpu"``, a module with ``usable(X)``,
+#: ``spmm(structure, values, X, scales, out)`` and ``spmm_add(structure, values, X, out)``
+#: (DGL's kernel, :mod:`dgl_rsc.dgl.kernels`); ``"quantized"``, the product
+#: ``f(A, X, row_factor, col, state)`` of scales that carry a ``quant`` state
+#: (:func:`dgl_rsc.int8.spmm.int8_csr_mm`).
+ENGINES: dict = {"exact_cpu": None, "quantized": None}
+
+
+def register(kind: str, engine) -> None:
+    """Plug ``engine`` in as the ``kind`` of :data:`ENGINES` (``None`` unplugs it)."""
+    if kind not in ENGINES:
+        raise ValueError(f"unknown engine kind {kind!r}; choose one of {', '.join(ENGINES)}.")
+    ENGINES[kind] = engine
+
+
+def _exact_cpu(X: torch.Tensor):
+    """The plugged-in exact CPU engine when it takes ``X``, else ``None``."""
+    engine = ENGINES["exact_cpu"]
+    return engine if engine is not None and engine.usable(X) else None
+
 
 def cpu_engine() -> str:
     """The engine of exact CPU products: ``"dgl"`` where DGL imports, else ``"numba"`` when
     the Numba kernels can run, else ``"torch.sparse"``."""
-    if _deps.dgl_available():
+    if _deps.dgl_available() and ENGINES["exact_cpu"] is not None:
         return "dgl"
     return "numba" if _deps.numba_available() else "torch.sparse"
 
@@ -221,10 +242,13 @@ def csr_mm(
     rows that have entries rewritten.
     """
     if scales.quant is not None:
-        return int8_csr_mm(A, X, scales.row_factor(), scales.col, scales.quant)
+        if ENGINES["quantized"] is None:
+            raise RuntimeError("no quantized product is registered; import dgl_rsc.int8.")
+        return ENGINES["quantized"](A, X, scales.row_factor(), scales.col, scales.quant)
     pool = A.pool() if pool is None else pool
-    if not sparse_write and dgl_kernels.usable(X) and _nonempty(A, X):
-        return _dgl_mm(A, X, scales, pool)
+    engine = None if sparse_write else _exact_cpu(X)
+    if engine is not None and _nonempty(A, X):
+        return _dgl_mm(engine, A, X, scales, pool)
     tag = A.token if sparse_write else None
     return _mm(A, X, scales, pool, tag)
 
@@ -233,11 +257,11 @@ def _nonempty(A: CSR, X: torch.Tensor) -> bool:
     return A.shape[0] > 0 and A.shape[1] > 0 and A.nnz > 0 and X.dim() == 2 and X.shape[1] > 0
 
 
-def _dgl_mm(A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.Tensor:
+def _dgl_mm(engine, A: CSR, X: torch.Tensor, scales: Scales, pool: OutputPool) -> torch.Tensor:
     X = X.detach().contiguous()
     out = pooled_output(pool, (A.shape[0], X.shape[1]), X)[0]
     vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
-    return dgl_kernels.spmm(A._s, vals, X, scales, out)
+    return engine.spmm(A._s, vals, X, scales, out)
 
 
 def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
@@ -282,12 +306,13 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         return A._s, operand(w)
 
     live = [(A, w) for A, w in zip(mats, weights) if A.nnz > 0]
-    if live and dgl_kernels.usable(X) and all(_nonempty(A, X) for A, _ in live):
+    engine = _exact_cpu(X)
+    if live and engine is not None and all(_nonempty(A, X) for A, _ in live):
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
         for A, w in live:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
             s, Xw = factor_operand(A, w, _col_factor(scales.col, w, X.dtype))
-            dgl_kernels.spmm_add(s, vals, Xw, out)
+            engine.spmm_add(s, vals, Xw, out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
     for A, w in live:  # torch.sparse: the column factor goes into the values where cheaper

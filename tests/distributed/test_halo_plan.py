@@ -25,7 +25,9 @@ SELECT = ("degree", "random")  # the kept-row rules of tools/comm_sim.py
 
 
 def _load_comm_sim():
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "comm_sim.py")
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "..", "tools", "experiments", "comm_sim.py"
+    )
     spec = importlib.util.spec_from_file_location("comm_sim", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

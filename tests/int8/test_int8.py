@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from dgl_rsc.backends import int8_ref as ref
 from dgl_rsc.backends import resolve_int8
 from dgl_rsc.base import _deps
 from dgl_rsc.core.spmm import spmm_matrix
@@ -25,7 +26,6 @@ from dgl_rsc.int8 import (
     int_mm,
     quantize,
     quantize_model,
-    ref,
 )
 from dgl_rsc.int8.gemm import MAX_K, int_mm_any_k
 from dgl_rsc.int8.quantize import torch_codes

@@ -1,5 +1,5 @@
 """INT8 training as users run it: ``train.precision`` in the launcher's schema and CLI, the
-shipped INT8 config, and the README's example."""
+shipped INT8 config, and the guide's example."""
 
 from __future__ import annotations
 
@@ -82,10 +82,11 @@ def test_cli_trains_in_int8(tmp_path):
 def test_readme_int8_example_runs():
     import re
 
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    page = ROOT / "docs" / "guide" / "int8.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
     code = next(b for b in blocks if "quantize_model" in b)
     scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, str(page), "exec"), scope)
     assert int8_layers(scope["model"]) == ["convs.0", "convs.1"]
     grads = [p.grad for p in scope["model"].parameters() if p.grad is not None]
     assert grads and all(bool(torch.isfinite(gr).all()) for gr in grads)

@@ -228,12 +228,14 @@ def _full_record(method, vals):
 
 
 def test_readme_example_table_has_the_layout_the_cli_prints():
-    """The README's launcher output has the header, columns and notes format_table writes."""
+    """The guide's launcher output has the header, columns and notes format_table writes."""
     import re
 
     from dgl_rsc.launcher.report import format_table, summarize
 
-    readme = open(os.path.join(os.path.dirname(SHIPPED[0]), "..", "README.md")).read()
+    readme = open(
+        os.path.join(os.path.dirname(SHIPPED[0]), "..", "docs", "guide", "configuration.md")
+    ).read()
     block = next(b for b in re.findall(r"```text\n(.*?)```", readme, re.S) if "to target" in b)
     lines = block.splitlines()
     recs = [_full_record(m, [0.5, 0.9]) for m in ("stock", "exact", "rsc")]

@@ -1,0 +1,65 @@
+"""GraphSAINT's pre-sampling, a setup phase that can take minutes on a large graph: it reports
+its progress, runs once per seed for all the methods of a run (the same weights, so the same
+training), and its time reaches the report."""
+
+import torch
+
+from dgl_rsc.launcher.schema import resolve
+from dgl_rsc.launcher.train import prepare, train_one
+from dgl_rsc.launcher.yaml_io import apply_overrides
+from dgl_rsc.minibatch import saint_loader
+from dgl_rsc.minibatch.batch import PRESAMPLE_COVERAGE
+from dgl_rsc.minibatch.samplers import SaintLoader
+
+from .test_train import BASE
+
+RING = (torch.arange(40), (torch.arange(40) + 1) % 40, 40)
+
+
+def test_presampling_reports_its_progress_to_the_end():
+    calls = []
+    SaintLoader(*RING, "node", budget=8, batches_per_epoch=2,
+                progress=lambda done, total: calls.append((done, total)))  # fmt: skip
+    total = PRESAMPLE_COVERAGE * 40
+    assert calls[-1] == (total, total) and all(t == total for _, t in calls)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls) and len(calls) > 1
+    calls.clear()
+    SaintLoader(*RING, "node", budget=8, batches_per_epoch=2, num_presample=7,
+                progress=lambda done, total: calls.append((done, total)))  # fmt: skip
+    assert calls == [(i, 7) for i in range(1, 8)]
+
+
+def test_a_loader_given_the_weights_does_not_presample_again():
+    first = SaintLoader(*RING, "node", budget=8, batches_per_epoch=2, seed=3)
+
+    def fail(done, total):
+        raise AssertionError("pre-sampled again")
+
+    again = SaintLoader(*RING, "node", budget=8, batches_per_epoch=2, seed=3, progress=fail,
+                        norms=first.norms)  # fmt: skip
+    assert again.norms is first.norms
+    fresh = SaintLoader(*RING, "node", budget=8, batches_per_epoch=2, seed=3)
+    assert torch.equal(fresh.norms.node, first.norms.node)  # the same estimate
+
+
+def test_the_methods_of_a_run_share_one_presampling_and_train_as_before(one_thread, monkeypatch):
+    cfg = resolve(apply_overrides(BASE, ["train.mode=saint", "minibatch={budget: 400}"]))
+    calls = []
+    real = saint_loader.estimate_saint_norms
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(saint_loader, "estimate_saint_norms", counted)
+    prep = prepare(cfg)
+    exact = train_one(cfg, prep, "exact", seed=0, progress=False)
+    rsc = train_one(cfg, prep, "rsc", seed=0, progress=False)
+    assert len(calls) == 1  # once for both methods of seed 0
+    assert (
+        set(prep.setup_s) == {"saint_presample_seed0"} and prep.setup_s["saint_presample_seed0"] > 0
+    )
+    alone = train_one(cfg, prepare(cfg), "rsc", seed=0, progress=False)  # its own estimate
+    assert len(calls) == 2
+    assert [h["loss"] for h in rsc["history"]] == [h["loss"] for h in alone["history"]]
+    assert len(exact["history"]) == cfg.train.epochs
