@@ -525,6 +525,40 @@ def kernels_gpu(name: str, budgets=(0.1, 0.2)) -> str:
     return "\n".join(out)
 
 
+def forward_gpu(name: str) -> str:
+    """tools/experiments/bench_forward.py: the forward product, the INT8 kernels and GEMMs"""
+    d = _load(name)
+    out = [f"{d['device']}, torch {d['torch']}, CUDA {d['cuda']}, {d['date'][:10]}. Command: "
+           f"`{d['command']}`. Median ms; x: against cuSPARSE in fp32.", "",
+           "| graph | cuSPARSE fp32 | cuSPARSE bf16 | dgl_rsc fp32 | dgl_rsc bf16 | gather "
+           "| plan |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in d["forward"]:
+        base = r["cusparse_fp32_ms"]
+        out.append(
+            f"| {r['graph']} ({r['rows']} rows, {r['nnz']} nnz, d {r['dim']}) | {base:.2f} "
+            f"| {r['cusparse_bf16_ms']:.2f} | {r['ours_fp32_ms']:.2f} "
+            f"({base / r['ours_fp32_ms']:.2f}x) | {r['ours_bf16_ms']:.2f} "
+            f"({base / r['ours_bf16_ms']:.2f}x) | {r['gather_fp32_ms']:.1f} | {r['plan_ms']:.1f} |"
+        )
+    out += ["", "| graph | INT8 CuPy | INT8 Numba-CUDA | cuSPARSE fp32 | cuSPARSE bf16 | "
+            "bit-equal |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in d["int8"]:
+        same = r["int8_cupy_bit_equal"] and r["int8_numba_bit_equal"]
+        out.append(
+            f"| {r['graph']} | {r['int8_cupy_ms']:.2f} | {r['int8_numba_ms']:.2f} "
+            f"| {r['cusparse_fp32_ms']:.2f} | {r['cusparse_bf16_ms']:.2f} "
+            f"| {'yes' if same else 'no'} |"
+        )
+    out += ["", "| M x K x N | fp32 | tf32 | bf16 | `torch._int_mm` |", "|---|---|---|---|---|"]
+    for r in d["gemm"]:
+        mm = f"{r['int_mm_ms']:.2f}" if "int_mm_ms" in r else "refused by cuBLASLt"
+        shape = " x ".join(map(str, r["shape"]))
+        out.append(f"| {shape} | {r['fp32_ms']:.2f} | {r['tf32_ms']:.2f} | {r['bf16_ms']:.2f} "
+                   f"| {mm} |")  # fmt: skip
+    return "\n".join(out)
+
+
 def launcher_summary(names: list) -> str:
     """launcher runs kept by ``collect``: time to target and epoch against the stock library"""
     out = ["| run | method | test | time to target | vs stock | epoch vs stock | date |",
@@ -609,6 +643,7 @@ BLOCKS = {
         "dist_small.json", lambda r: str(r["bits"]) in ("None", "32", "8", "adaptive")
     ),
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
+    "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
     "minibatch": lambda: parity("minibatch_small.json"),
 }
