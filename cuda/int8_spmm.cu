@@ -5,11 +5,11 @@
 // Compiled at run time by CuPy (cupy.RawModule(code=..., options=..., name_expressions=...));
 // dgl_rsc/backends/int8_cupy.py lists the instantiations and the options, and
 // tests/test_cuda_compile.py builds the same set with nvcc. The specification is the torch
-// reference: dgl_rsc/int8/ref.py (product) and dgl_rsc/int8/quantize.py (torch_codes). The
-// integer accumulation is exact (the host checks that no row can overflow int32), so the
-// integers equal the reference's in any summation order; the float operations are single
-// IEEE round-to-nearest operations in the reference's order, written with the _rn intrinsics
-// so that nothing is contracted into an FMA.
+// reference: dgl_rsc/backends/int8_ref.py (product) and dgl_rsc/quant/rounding.py
+// (torch_codes). The integer accumulation is exact (the host checks that no row can overflow
+// int32), so the integers equal the reference's in any summation order; the float operations
+// are single IEEE round-to-nearest operations in the reference's order, written with the _rn
+// intrinsics so that nothing is contracted into an FMA.
 //
 // Layouts (all contiguous):
 //   indptr (rows + 1), indices (nnz) of index type I; qvals (nnz) int8 or null (all ones);
@@ -70,7 +70,7 @@ __global__ void rsc_int8_spmm(const I* __restrict__ indptr, const I* __restrict_
 
 // The int8 codes of x (rows, cols) for scales s of shape (s_rows, s_cols), each 1 or the
 // matching extent (broadcast): q = clamp(round_half_even(x / s)) or clamp(floor(x / s + u)),
-// NaN -> 0, a zero scale divides by 1 (dgl_rsc/int8/quantize.py: torch_codes).
+// NaN -> 0, a zero scale divides by 1 (dgl_rsc/quant/rounding.py: torch_codes).
 template <bool STOCHASTIC>
 __global__ void rsc_int8_codes(const float* __restrict__ x, long long rows, long long cols,
                                const float* __restrict__ s, long long s_rows, long long s_cols,

@@ -1,4 +1,4 @@
-"""The native engine gives the saved numbers (tools/numerics_ref.py) on every torch.
+"""The native engine gives the saved numbers (tools/experiments/numerics_ref.py) on every torch.
 
 ``make test`` runs this on torch 2.2.1 with DGL, ``make test-modern`` on torch 2.15 without:
 the logits, losses and RSC gradients of a small GCN and GraphSAGE at budget 0.3 must match

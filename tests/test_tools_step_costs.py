@@ -1,4 +1,4 @@
-"""``tools/step_costs.py`` as a user runs it: every piece of RSC's step it reports was called,
+"""``tools/experiments/step_costs.py`` as a user runs it: every piece of RSC's step it reports was called,
 and the pieces add up within the backward they are part of."""
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ def _tta(r: dict, m: str) -> str:
 
 
 def parity(name: str) -> str:
-    """tools/accuracy_parity.py (time to accuracy first, in files that have it)"""
+    """tools/experiments/accuracy_parity.py (time to accuracy first, in files that have it)"""
     d = _load(name)
     m = d["machine"]
     tta = all("exact_tta_s" in r for r in d["rows"])
@@ -160,7 +160,7 @@ def parity(name: str) -> str:
 
 
 def fidelity(name: str) -> str:
-    """tools/fidelity.py"""
+    """tools/experiments/fidelity.py"""
     d = _load(name)
     m = d["machine"]
     mean = statistics.mean
@@ -196,7 +196,7 @@ def fidelity(name: str) -> str:
 
 
 def grad_ratio(name: str) -> str:
-    """tools/grad_ratio.py"""
+    """tools/experiments/grad_ratio.py"""
     d = _load(name)
     out = [
         f"Command: {_cmd(d)} ({d['machine']['date']}). "
@@ -241,7 +241,7 @@ def _halo(x: dict) -> float:
 
 
 def dist(name: str, keep=lambda row: True) -> str:
-    """tools/dist_sweep.py (the rows ``keep`` accepts)"""
+    """tools/experiments/dist_sweep.py (the rows ``keep`` accepts)"""
     d = _load(name)
     m = d["machine"]
     out = [
@@ -277,7 +277,7 @@ def dist(name: str, keep=lambda row: True) -> str:
 
 
 def dist_timings(name: str) -> str:
-    """tools/dist_sweep.py: the exchange's per-phase ms per epoch (mean over ranks)"""
+    """tools/experiments/dist_sweep.py: the exchange's per-phase ms per epoch (mean over ranks)"""
     d = _load(name)
     rows = [(r, m) for r in d["rows"] for m in ("exact", "rsc") if r[m].get("timings_ms")]
     if not rows:
@@ -319,7 +319,7 @@ def profile(names: list) -> str:
 def comm_sim(name: str, kinds=("halo_exact", "halo_exact_cached", "halo_rsc_cached",
                                "halo_rsc_cached_q8", "halo_rsc_cached_q2", "cagnet_1d",
                                "cagnet_1.5d")) -> str:  # fmt: skip
-    """tools/comm_sim.py: max MB received per rank per epoch"""
+    """tools/experiments/comm_sim.py: max MB received per rank per epoch"""
     d = _load(name)
     out = [f"Command: `{d.get('command', '')}` ({d.get('date', '')}). Max MB received per "
            "rank per epoch; METIS where it fits in memory, random otherwise.", ""]  # fmt: skip

@@ -105,7 +105,7 @@ def _codes(x, s, stochastic, seed, q):
 
 
 def quantize_codes(x, s, rounding: str, seed: int) -> torch.Tensor:
-    """As :func:`dgl_rsc.int8.quantize.torch_codes` (bit-identical), in one parallel pass."""
+    """As :func:`dgl_rsc.quant.rounding.torch_codes` (bit-identical), in one parallel pass."""
     q = torch.empty(x.shape, dtype=torch.int8)
     if x.numel():
         _codes(x.numpy(), s.contiguous().numpy(), rounding == "stochastic",

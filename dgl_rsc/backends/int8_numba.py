@@ -109,7 +109,7 @@ def int8_spmm(indptr, indices, qvals, qX, row_factor, col_scale) -> torch.Tensor
 
 
 def quantize_codes(x, s, rounding: str, seed: int) -> torch.Tensor:
-    """As :func:`dgl_rsc.int8.quantize.torch_codes`."""
+    """As :func:`dgl_rsc.quant.rounding.torch_codes`."""
     q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
     n = x.numel()
     if n:

@@ -1,5 +1,5 @@
 """dgl_rsc.distributed.halo: per-rank plans reproduce the global A @ X and A^T @ dY when all
-ranks are simulated in one process; the communication counts of tools/comm_sim.py match a
+ranks are simulated in one process; the communication counts of tools/experiments/comm_sim.py match a
 brute-force count."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..conftest import power_law_csr
 
 N_ISLAND = 12  # nodes 0..11 form a component of their own
 N_ISOLATED = 7  # the last 7 nodes have no edges at all
-SELECT = ("degree", "random")  # the kept-row rules of tools/comm_sim.py
+SELECT = ("degree", "random")  # the kept-row rules of tools/experiments/comm_sim.py
 
 
 def _load_comm_sim():
