@@ -158,8 +158,8 @@ def test_interleaved_epochs_times_each_setting_on_the_overridden_config(tmp_path
 
 def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
     """``tools/experiments/budget_profile_sweep.py`` (issue 22's budget time profile): each
-    tune's budget follows the variant's profile, falling from B0 for ``early``, rising towards exact for
-    ``late``, and a malformed profile is refused before training."""
+    tune's budget follows the variant's profile, falling from B0 for ``early``, rising towards
+    exact for ``late``, and a malformed profile is refused before training."""
     cfg = write_config(tmp_path, train={"epochs": 8})
     out = tmp_path / "profile.json"
     _tool("experiments/budget_profile_sweep.py", cfg, "--variant", "flat:", "--variant",
