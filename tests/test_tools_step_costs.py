@@ -1,5 +1,5 @@
-"""``tools/experiments/step_costs.py`` as a user runs it: every piece of RSC's step it reports was called,
-and the pieces add up within the backward they are part of."""
+"""``tools/experiments/step_costs.py`` as a user runs it: every piece of RSC's step it
+reports was called, and the pieces add up within the backward they are part of."""
 
 from __future__ import annotations
 

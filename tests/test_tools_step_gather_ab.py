@@ -1,5 +1,6 @@
-"""``tools/experiments/step_gather_ab.py`` as a user runs it: both ways of the step product ran at every
-call of the approximate phase, only the package's way gathered, and they agreed bit for bit."""
+"""``tools/experiments/step_gather_ab.py`` as a user runs it: both ways of the step product
+ran at every call of the approximate phase, only the package's way gathered, and they agreed
+bit for bit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The tools report time to accuracy with the launcher's definition, as users run them:
-``tools/experiments/accuracy_parity.py`` (through the CLI) and ``tools/bench_cpu_e2e.py --tta-epochs``."""
+``tools/experiments/accuracy_parity.py`` (through the CLI) and
+``tools/bench_cpu_e2e.py --tta-epochs``."""
 
 from __future__ import annotations
 
@@ -98,8 +99,8 @@ def test_tta_sweep_records_the_first_crossing_of_each_variant(tmp_path):
 
 def test_exact_only_sweeps_pick_the_homophily_below_the_ceiling(tmp_path):
     """The preset tuning of issue 22: ``--exact-only`` sweeps at several homophilies, then
-    ``tools/experiments/pick_homophily.py`` prints the largest whose exact test accuracy is under the
-    ceiling (and says which sweep is unusable)."""
+    ``tools/experiments/pick_homophily.py`` prints the largest whose exact test accuracy is
+    under the ceiling (and says which sweep is unusable)."""
     cfg = write_config(tmp_path, train={"epochs": 6})
     tests = {}
     for h in ("0.2", "0.9"):
@@ -156,9 +157,9 @@ def test_interleaved_epochs_times_each_setting_on_the_overridden_config(tmp_path
 
 
 def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
-    """``tools/experiments/budget_profile_sweep.py`` (issue 22's budget time profile): each tune's budget
-    follows the variant's profile, falling from B0 for ``early``, rising towards exact for
-    ``late``, and a malformed profile is refused before training."""
+    """``tools/experiments/budget_profile_sweep.py`` (issue 22's budget time profile): each
+    tune's budget follows the variant's profile, falling from B0 for ``early``, rising towards
+    exact for ``late``, and a malformed profile is refused before training."""
     cfg = write_config(tmp_path, train={"epochs": 8})
     out = tmp_path / "profile.json"
     _tool("experiments/budget_profile_sweep.py", cfg, "--variant", "flat:", "--variant",

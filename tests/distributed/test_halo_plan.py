@@ -1,6 +1,6 @@
 """dgl_rsc.distributed.halo: per-rank plans reproduce the global A @ X and A^T @ dY when all
-ranks are simulated in one process; the communication counts of tools/experiments/comm_sim.py match a
-brute-force count."""
+ranks are simulated in one process; the communication counts of
+tools/experiments/comm_sim.py match a brute-force count."""
 
 from __future__ import annotations
 

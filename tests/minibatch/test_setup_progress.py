@@ -7,7 +7,7 @@ import torch
 from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.launcher.yaml_io import apply_overrides
-from dgl_rsc.minibatch import saint_loader
+from dgl_rsc.minibatch import loader_base, saint_loader
 from dgl_rsc.minibatch.batch import PRESAMPLE_COVERAGE
 from dgl_rsc.minibatch.samplers import SaintLoader
 
@@ -63,3 +63,21 @@ def test_the_methods_of_a_run_share_one_presampling_and_train_as_before(one_thre
     assert len(calls) == 2
     assert [h["loss"] for h in rsc["history"]] == [h["loss"] for h in alone["history"]]
     assert len(exact["history"]) == cfg.train.epochs
+
+
+def test_induced_subgraphs_are_the_same_by_scan_and_by_gather(monkeypatch):
+    """The edge-list scan that large batches take gives the gather's edges, bit for bit."""
+    gen = torch.Generator().manual_seed(0)
+    src, dst = torch.randint(0, 300, (2, 4000), generator=gen)
+    csr = loader_base.OutCSR(src, dst, 300)
+    for size in (1, 30, 150, 300):
+        nodes = torch.randperm(300, generator=gen)[:size]
+        monkeypatch.setattr(loader_base, "DENSE_SHARE", 0)  # never scan
+        gathered = csr.induced(nodes, 0, 0)
+        monkeypatch.setattr(loader_base, "DENSE_SHARE", 10**9)  # always scan
+        scanned = csr.induced(nodes, 0, 0)
+        for key in ("eids", "src", "dst"):
+            assert torch.equal(getattr(gathered, key), getattr(scanned, key))
+        inside = (torch.isin(src, nodes) & torch.isin(dst, nodes)).nonzero().flatten()
+        assert torch.equal(scanned.eids, inside)
+    assert not csr._inside.any() and bool((csr._local == -1).all())  # left clean
