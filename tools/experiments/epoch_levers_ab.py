@@ -3,11 +3,17 @@
 Each variant trains its own model (same seed) on the config's graph: ``method`` ``exact``
 (dgl_rsc's exact path), ``rsc`` (approximate phase throughout: no switch) or ``stock`` (the
 stock ``dgl.nn`` model, no dgl_rsc); ``alloc`` ``kept`` (:func:`dgl_rsc.keep_freed_memory`,
-set before each of the variant's epochs) or ``default`` (glibc's settings, restored likewise);
+set before each of the variant's epochs, or once when every variant has the same) or
+``default`` (glibc's settings, restored likewise, which trims the heap);
 ``cache`` ``on`` or ``off`` (the drop-in layers' input aggregation reused,
 :func:`dgl_rsc.nn.cache_input_aggregation`). The variants take turns one epoch at a time, the
 order rotating each round, so that each round sees about the same machine load; per variant
 the median and mean epoch, minor page faults per epoch, and the ratio to the first variant.
+
+Toggling the allocator per epoch distorts it (restoring the default trims the heap, so the
+next kept epoch faults its pages in again): ``--alloc-blocks N`` times every variant under
+both settings instead, switching all of them every ``N`` rounds and leaving the first round
+after each switch untimed.
 
     python tools/experiments/epoch_levers_ab.py yaml_configs/quickstart.yaml --rounds 20 \\
         --variant base:method=exact,alloc=default,cache=off \\
@@ -28,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 from bench_common import machine, write_json
 
-from dgl_rsc.base.memory import keep_freed_memory
+from dgl_rsc.base.memory import keep_freed_memory, peak_rss_bytes
 from dgl_rsc.dgl.nn.input_cache import cache_input_aggregation, input_cache_counts
 from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
@@ -54,6 +60,9 @@ def main(argv=None) -> int:
     p.add_argument("--variant", action="append", required=True, help="name:method=,alloc=,cache=")
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--warmup", type=int, default=6, help="rounds not timed")
+    p.add_argument("--alloc-blocks", type=int, default=0, help="time every variant with "
+                   "glibc's default and with freed blocks kept, switching every N rounds "
+                   "(the variants' alloc ignored)")  # fmt: skip
     p.add_argument("--set", dest="sets", action="append", default=[])
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -69,42 +78,65 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         runs[name] = run = _setup(cfg, prep, o["method"])
         cache_input_aggregation(run.model, enabled=o["cache"] == "on")
-    times = {k: [] for k in runs}
-    faults = {k: [] for k in runs}
     names = list(runs)
+    if args.alloc_blocks:  # every variant under both settings, block by block
+        keys = [(n, a) for n in names for a in ("default", "kept")]
+    else:
+        keys = [(n, variants[n]["alloc"]) for n in names]
+        allocs = {a for _, a in keys}
+        if len(allocs) == 1:  # one setting for the whole process: set once, never toggled
+            keep_freed_memory(allocs.pop() == "kept")
+    times = {k: [] for k in keys}
+    faults = {k: [] for k in keys}
+    setting = None
     for r in range(args.rounds + args.warmup):
+        transition = False
+        if args.alloc_blocks:
+            want = "kept" if (r // args.alloc_blocks) % 2 else "default"
+            transition, setting = want != setting, want
+            if transition:  # restoring the default trims the heap; a round after a switch
+                keep_freed_memory(want == "kept")  # is not timed
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            keep_freed_memory(variants[name]["alloc"] == "kept")
+            alloc = setting or variants[name]["alloc"]
+            if not args.alloc_blocks and len({a for _, a in keys}) > 1:
+                keep_freed_memory(alloc == "kept")  # per epoch: faults of kept overstated
             run = runs[name]
             with run.ctx:
                 step = _train_step(run, prep)
-            if r >= args.warmup:
-                times[name].append(step["epoch_s"])
-                faults[name].append(step["minor_faults"])
-    first = names[0]
+            if r >= args.warmup and not transition:
+                times[name, alloc].append(step["epoch_s"])
+                faults[name, alloc].append(step["minor_faults"])
+    first = keys[0]
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.mean(v) for k, v in times.items()}
     out = {"machine": machine(prep.device), "command": " ".join(sys.argv), "config": args.config,
            "sets": args.sets, "rounds": args.rounds, "warmup": args.warmup,
+           "alloc_blocks": args.alloc_blocks,
            "note": "2-core VM shared with other agents' jobs: ratios are interleaved",
-           "variants": {}}  # fmt: skip
-    for k, o in variants.items():
-        ctl = runs[k].ctl
-        out["variants"][k] = {
-            **o,
+           "reference": "/".join(first), "variants": {}}  # fmt: skip
+    for k in keys:
+        name, alloc = k
+        ctl = runs[name].ctl
+        label = f"{name}/{alloc}" if args.alloc_blocks else name
+        v = out["variants"][label] = {
+            **variants[name],
+            "alloc": alloc,
+            "epochs_timed": len(times[k]),
             "median_epoch_ms": 1e3 * med[k],
             "mean_epoch_ms": 1e3 * mean[k],
-            f"speedup_vs_{first}_median": med[first] / med[k],
-            f"speedup_vs_{first}_mean": mean[first] / mean[k],
+            "speedup_vs_reference_median": med[first] / med[k],
+            "speedup_vs_reference_mean": mean[first] / mean[k],
             "minor_faults_per_epoch": statistics.median(faults[k]),
-            "input_cache": input_cache_counts(runs[k].model),
+            "input_cache": input_cache_counts(runs[name].model),
             "visited_fraction": ctl.stats()["visited_fraction"] if ctl else None,
         }
-        v = out["variants"][k]
-        ratio = v[f"speedup_vs_{first}_median"]
-        print(f"{k:14s} median {v['median_epoch_ms']:8.1f} ms  x{ratio:.3f}  mean "
+        if args.alloc_blocks:
+            v["speedup_kept_vs_default"] = med[name, "default"] / med[name, "kept"]
+        ratio = v["speedup_vs_reference_median"]
+        print(f"{label:20s} median {v['median_epoch_ms']:8.1f} ms  x{ratio:.3f}  mean "
               f"{v['mean_epoch_ms']:8.1f} ms  faults/epoch {v['minor_faults_per_epoch']:.0f}",
               flush=True)  # fmt: skip
+    out["peak_rss_mb"] = peak_rss_bytes() / 2**20  # the process's, over every variant
     write_json(args.out, out)
     return 0
 
