@@ -48,6 +48,7 @@ from bench_cpu_e2e import categorize
 import dgl_rsc.core.spmm as core_spmm
 from dgl_rsc.base.memory import peak_rss_bytes
 from dgl_rsc.core.controller import RSCController
+from dgl_rsc.dgl.nn.input_cache import InputAggregationCache
 from dgl_rsc.launcher.prepare import methods as config_methods
 from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.launcher.yaml_io import load_config
@@ -163,6 +164,9 @@ def main():
     p.add_argument("--methods", nargs="+", default=None,
                    help="of stock, exact, rsc (default: those the config compares)")  # fmt: skip
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--levers", choices=("on", "off"), default="on", help="off: the epoch "
+                   "before issue 45's levers (glibc's allocator defaults, no reuse of the "
+                   "input aggregation)")  # fmt: skip
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # method, JSON to stdout
     p.add_argument("--out", required=False)
     args = p.parse_args()
@@ -170,9 +174,19 @@ def main():
         torch.set_num_threads(args.threads)
     sets = [*args.sets, f"train.epochs={args.epochs}", f"train.eval_every={args.epochs}",
             "train.checkpoint_every=0"]  # fmt: skip
+    if args.levers == "off":
+        sets.append("train.keep_freed_memory=false")
     cfg = load_config(args.config, sets)
     profile_epoch = max(4, int(0.8 * args.epochs) - 2)  # inside RSC's approximate phase
     if args.child:
+        if args.levers == "off":  # every layer built in this process reuses nothing
+            real_init = InputAggregationCache.__init__
+
+            def init(self):
+                real_init(self)
+                self.enabled = False
+
+            InputAggregationCache.__init__ = init
         with open(args.out, "w") as f:
             json.dump(child(cfg, args.child, profile_epoch), f)
         return
@@ -181,14 +195,14 @@ def main():
     todo = args.methods or list(config_methods(cfg))
     out = {"machine": machine("cpu"), "command": " ".join(sys.argv), "config": args.config,
            "sets": args.sets, "mode": cfg.train.mode, "threads": torch.get_num_threads(),
-           "profile_epoch": profile_epoch,
+           "profile_epoch": profile_epoch, "levers": args.levers,
            "note": "each method in its own process; the 2-core VM is shared with other "
                    "agents' jobs", "methods": {}}  # fmt: skip
     for method in todo:
         with tempfile.TemporaryDirectory() as tmp:
             res = os.path.join(tmp, "child.json")
             cmd = [sys.executable, *sys.argv[:1], args.config, "--epochs", str(args.epochs),
-                   "--child", method, "--out", res]  # fmt: skip
+                   "--child", method, "--out", res, "--levers", args.levers]  # fmt: skip
             cmd += [x for s in args.sets for x in ("--set", s)]
             if args.threads is not None:
                 cmd += ["--threads", str(args.threads)]

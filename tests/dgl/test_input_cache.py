@@ -189,3 +189,12 @@ def test_patched_stock_graphconv_reuses_its_input_aggregation_bit_for_bit(dims):
     assert counts == ({"hits": 1, "builds": 1} if dims[0] < dims[1] else {"hits": 0, "builds": 0})
     _, counts = _stock_steps(conv, g, x, 3, patched=True, input_dropout=0.5)
     assert counts == {"hits": 0, "builds": 0}  # fresh features each step: never reused
+
+
+def test_a_returned_product_changed_in_place_is_built_again():
+    g, x = graph(), torch.randn(80, 12)
+    layer = rnn.exact(rnn.GraphConv(12, 12, weight=False, bias=False))  # returns A X itself
+    ref = layer(g, x).clone()
+    layer(g, x).mul_(0.0)  # the caller changes the product it was handed
+    torch.testing.assert_close(layer(g, x), ref)
+    assert input_cache_counts(layer)["builds"] == 2

@@ -35,6 +35,7 @@ class _Entry:
     signature: tuple  # identities and versions of everything the product reads
     keepalive: tuple  # the graph's arrays and edge weights: their ids stay theirs
     value: Optional[torch.Tensor] = None  # the product (None: seen once, not built yet)
+    version: int = 0  # the product's version counter when built (a caller may change it)
 
 
 def _signature(feat: torch.Tensor, reads: tuple) -> tuple:
@@ -62,9 +63,10 @@ class InputAggregationCache:
         sig = _signature(feat, reads)
         e = self._entry
         if e is not None and e.feat() is feat and e.signature == sig:
-            if e.value is None:
-                with torch.no_grad():
+            if e.value is None or e.value._version != e.version:  # not built, or changed
+                with torch.no_grad():  # in place by whoever got it: built again
                     e.value = build()
+                e.version = e.value._version
                 self.builds += 1
             else:
                 self.hits += 1
