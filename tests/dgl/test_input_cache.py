@@ -198,3 +198,15 @@ def test_a_returned_product_changed_in_place_is_built_again():
     layer(g, x).mul_(0.0)  # the caller changes the product it was handed
     torch.testing.assert_close(layer(g, x), ref)
     assert input_cache_counts(layer)["builds"] == 2
+
+
+def test_a_layer_with_a_built_cache_pickles_without_it():
+    import pickle
+
+    g, x = graph(), torch.randn(80, 12)
+    layer = rnn.exact(rnn.GraphConv(12, 5))
+    for _ in range(2):
+        want = layer(g, x)
+    copy = pickle.loads(pickle.dumps(layer))
+    assert input_cache_counts(copy)["bytes"] == 0 and input_cache_counts(layer)["bytes"] > 0
+    torch.testing.assert_close(copy(g, x), want)

@@ -78,6 +78,11 @@ class InputAggregationCache:
         """Forget the cached product (its ``(N, D_in)`` memory is released)."""
         self._entry = None
 
+    def __getstate__(self) -> dict:
+        # a pickled layer (torch.save(model)) carries its switch and counters, not the
+        # product: its key holds a weak reference, and the features are not pickled with it
+        return {**self.__dict__, "_entry": None}
+
     def nbytes(self) -> int:
         e = self._entry
         return 0 if e is None or e.value is None else e.value.numel() * e.value.element_size()
