@@ -4,9 +4,12 @@ The forward sparse product stays exact; the backward product ``A^T @ dY`` is app
 the top rows of ``A`` scored by ``||A[i, :]|| * ||dY[i, :]||`` under a per-layer budget.
 
 Entry points: :func:`patch` (stock DGL models), :mod:`dgl_rsc.nn` (drop-in convs),
-:func:`spmm` / :func:`spmm_csr` (the operator), and the ``dgl-rsc`` launcher.
+:func:`spmm` / :func:`spmm_csr` (the operator), and the ``dgl-rsc`` launcher;
+:func:`keep_freed_memory` (glibc keeps freed large blocks: no page faults per step) is one
+explicit call, never made at import.
 """
 
+from .base.memory import keep_freed_memory
 from .core.config import ConfigError, RSCConfig
 from .core.controller import RSCController
 from .core.spmm import spmm, spmm_csr, spmm_matrix
@@ -28,6 +31,7 @@ __all__ = [
     "RSCConfig",
     "RSCController",
     "is_patched",
+    "keep_freed_memory",
     "patch",
     "spmm",
     "spmm_csr",

@@ -1,25 +1,42 @@
-"""Where a launcher config's epoch goes: sparse products, dense GEMMs, elementwise work, RSC's
-selection, and the rest, for exact and RSC training on one process.
+"""Where a launcher config's epoch goes, per method: stock DGL, dgl_rsc's exact path and RSC.
 
-It trains the config's model (the first seed; ``--set`` overrides as in ``dgl-rsc run``) with
-the exact backward and with RSC, and profiles one epoch of each with ``torch.profiler`` (for
-RSC an epoch of its approximate phase; no evaluation in that epoch). Full-graph and mini-batch
-(``train.mode: cluster | saint``) configs alike: a mini-batch epoch is all of its batches. It
-prints, per method, the mean epoch time over the approximate-phase epochs and the profiled
-epoch's milliseconds per category with the sparse share, and writes them to a JSON file.
+Each method trains the config's model (the first seed; ``--set`` overrides as in ``dgl-rsc
+run``) in its own process, so that its peak resident memory is its own, and one epoch is
+profiled with ``torch.profiler`` (for RSC an epoch of its approximate phase; no evaluation in
+that epoch). The epoch is split into (``split_ms``, self CPU time attributed through the
+profiler's event tree):
+
+- ``sparse_forward``: the forward sparse products (``RSCSpMM``, DGL's ``GSpMM``) with
+  everything they run inside;
+- ``sparse_backward_sampled`` / ``sparse_backward_exact``: the backward products ``A^T dY``,
+  sampled by RSC or exact (DGL's ``GSpMMBackward``; RSC's warm-up, narrow and switched ones);
+- ``rsc_own``: RSC's row selection inside the backward (scores, sorts, cumulative sums,
+  norms) and the controller's ``step()`` (the budget solver);
+- ``dense``: GEMMs (``mm``, ``addmm``, ``bmm``); ``elementwise``: scaling, bias, activation,
+  dropout and their backwards, copies and fills; ``optimizer``: ``Adam.step`` and
+  ``zero_grad``; ``other``: the rest (loss, indexing, autograd's bookkeeping).
+
+Allocation is measured by its effect: ``minor_faults_per_epoch`` (``getrusage``'s
+``ru_minflt`` over each timed epoch; a page touched for the first time after a fresh ``mmap``
+costs one, so zero means freed blocks were reused) and ``peak_rss_mb`` (the method's
+process, data included). ``profile_ms`` keeps the earlier coarse categories (``sparse``,
+``dense``, ``elementwise``, ``selection``, ``other``) for ``render_benchmarks.py``.
 
 Example::
 
-    python tools/profile_run.py yaml_configs/cora_cluster_gcn.yaml --epochs 30 \\
-        --out docs/results/profile_cora_cluster.json
+    python tools/profile_run.py yaml_configs/quickstart.yaml --epochs 20 \\
+        --out docs/results/epoch_profile_quickstart.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 
 import torch
 
@@ -28,11 +45,81 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_common import machine, write_json
 from bench_cpu_e2e import categorize
 
-from dgl_rsc.launcher.train import prepare, train_one, warm_up
+import dgl_rsc.core.spmm as core_spmm
+from dgl_rsc.base.memory import peak_rss_bytes
+from dgl_rsc.core.controller import RSCController
+from dgl_rsc.dgl.nn.input_cache import InputAggregationCache
+from dgl_rsc.launcher.prepare import methods as config_methods
+from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.launcher.yaml_io import load_config
 
+SPLIT = ("sparse_forward", "sparse_backward_sampled", "sparse_backward_exact", "rsc_own",
+         "dense", "elementwise", "optimizer", "other")  # fmt: skip
+#: ranges whose whole subtree is one category (the nearest enclosing range wins)
+RANGES = {
+    "RSCSpMM": "sparse_forward", "GSpMM": "sparse_forward",
+    "rsc::sampled_product": "sparse_backward_sampled",
+    "rsc::exact_product": "sparse_backward_exact",
+    "RSCSpMMBackward": "sparse_backward_exact", "GSpMMBackward": "sparse_backward_exact",
+    "rsc::controller_step": "rsc_own",
+}  # fmt: skip
+SELECTION = {"aten::sort", "aten::cumsum", "aten::nonzero", "aten::linalg_vector_norm",
+             "aten::topk", "aten::argsort", "aten::searchsorted", "aten::bincount"}  # fmt: skip
+DENSE = {"aten::mm", "aten::addmm", "aten::bmm"}
+ELEMENTWISE = {
+    "aten::mul", "aten::add", "aten::div", "aten::sub", "aten::clamp_min", "aten::relu",
+    "aten::threshold_backward", "aten::bernoulli_", "aten::native_dropout",
+    "aten::native_dropout_backward", "aten::fill_", "aten::add_", "aten::mul_", "aten::div_",
+    "aten::pow", "aten::copy_", "aten::zero_", "aten::clone", "aten::where", "aten::empty",
+    "aten::empty_strided", "aten::sum", "aten::masked_fill", "aten::mm_backward",
+}  # fmt: skip
 
-def profile_method(cfg, prep, method: str, profile_epoch: int) -> dict:
+
+def _label_products() -> None:
+    """Name each backward product ``rsc::sampled_product`` / ``rsc::exact_product`` and the
+    controller's step ``rsc::controller_step`` in the profile (this tool's process only)."""
+    orig_grad, orig_step = core_spmm.feature_grad, RSCController.step
+
+    def feature_grad(sampler, A, dY, scales=core_spmm.NO_SCALES):
+        step = getattr(sampler, "step", None)
+        sampled = step is not None and step.phase == "approx"
+        name = "rsc::sampled_product" if sampled else "rsc::exact_product"
+        with torch.profiler.record_function(name):
+            return orig_grad(sampler, A, dY, scales)
+
+    def step(self, loss=None):
+        with torch.profiler.record_function("rsc::controller_step"):
+            return orig_step(self, loss)
+
+    core_spmm.feature_grad = feature_grad
+    RSCController.step = step
+
+
+def split(prof) -> dict:
+    """Self CPU milliseconds per category of :data:`SPLIT`."""
+    out = dict.fromkeys(SPLIT, 0.0)
+    for ev in prof.events():
+        name, cat, node = ev.name, None, ev
+        while node is not None and cat is None:
+            cat = "optimizer" if node.name.startswith("Optimizer.") else RANGES.get(node.name)
+            node = node.cpu_parent
+        if cat is not None and cat.startswith("sparse_backward") and name in SELECTION:
+            cat = "rsc_own"
+        if cat is None:
+            if name in DENSE:
+                cat = "dense"
+            elif name in ELEMENTWISE:
+                cat = "elementwise"
+            else:
+                cat = "other"
+        out[cat] += ev.self_cpu_time_total / 1e3
+    return {k: round(v, 2) for k, v in out.items()}
+
+
+def child(cfg, method: str, profile_epoch: int) -> dict:
+    """One method in this process: its timed epochs, the profiled epoch's split, faults."""
+    _label_products()
+    prep = prepare(cfg)
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     seen = {}
 
@@ -41,23 +128,30 @@ def profile_method(cfg, prep, method: str, profile_epoch: int) -> dict:
             prof.start()
         elif epoch == profile_epoch:
             prof.stop()
-            seen["profile"] = categorize(prof)
+            seen["split"], seen["coarse"] = split(prof), categorize(prof)
 
     rec = train_one(cfg, prep, method, cfg.train.seeds[0], progress=False,
                     on_epoch_end=on_epoch_end)  # fmt: skip
     hist = rec["history"]
-    timed = [h for h in hist if h["phase"] == "approx"] if method == "rsc" else hist[1:]
-    timed = [h for h in timed if h["val"] is None] or timed  # epochs without evaluation
-    profile = seen["profile"]
-    total = sum(profile.values())
+    timed = [h for h in hist if h["phase"] == "approx"][1:] if method == "rsc" else hist[2:]
+    timed = [h for h in timed if h["val"] is None and h["epoch"] != profile_epoch] or timed
+    coarse = seen["coarse"]
+    total = sum(coarse.values())
+    stats = rec["rsc_stats"] or {}
     return {
         "epoch_ms": 1e3 * statistics.mean(h["epoch_s"] for h in timed),
-        "profile_ms": profile,
-        "sparse_share": profile["sparse"] / total if total else None,
+        "epoch_ms_median": 1e3 * statistics.median(h["epoch_s"] for h in timed),
+        "timed_epochs": len(timed),
+        "split_ms": seen["split"],
+        "profile_ms": coarse,
+        "sparse_share": coarse["sparse"] / total if total else None,
+        "minor_faults_per_epoch": statistics.median(h["minor_faults"] for h in timed),
+        "peak_rss_mb": peak_rss_bytes() / 2**20,
+        "allocator": prep.allocator,
         "test": rec["best"]["test"],
-        "graph_hits": hist[-1].get("graph_hits"),
-        "cache_hits": (rec["rsc_stats"] or {}).get("cache_hits"),
-        "cache_misses": (rec["rsc_stats"] or {}).get("cache_misses"),
+        "cache_hits": stats.get("cache_hits"),
+        "cache_misses": stats.get("cache_misses"),
+        "cached_input_aggregation": stats.get("cached_input_aggregation"),
     }
 
 
@@ -67,33 +161,65 @@ def main():
     p.add_argument("--set", dest="sets", action="append", default=[])
     p.add_argument("--epochs", type=int, default=20, help="epochs per run (shorter than the "
                    "config's: this measures time, not accuracy)")  # fmt: skip
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="of stock, exact, rsc (default: those the config compares)")  # fmt: skip
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", required=True)
+    p.add_argument("--levers", choices=("on", "off"), default="on", help="off: the epoch "
+                   "before issue 45's levers (glibc's allocator defaults, no reuse of the "
+                   "input aggregation)")  # fmt: skip
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # method, JSON to stdout
+    p.add_argument("--out", required=False)
     args = p.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     sets = [*args.sets, f"train.epochs={args.epochs}", f"train.eval_every={args.epochs}",
             "train.checkpoint_every=0"]  # fmt: skip
+    if args.levers == "off":
+        sets.append("train.keep_freed_memory=false")
     cfg = load_config(args.config, sets)
-    prep = prepare(cfg)
-    # untimed epochs of both methods first, as the launcher does: the first approximate step
-    # loads RSC's kernels (about 0.25 s), which would land in the measured epochs
-    warm_up(cfg, prep, [(cfg.train.seeds[0], m) for m in ("exact", "rsc")])
     profile_epoch = max(4, int(0.8 * args.epochs) - 2)  # inside RSC's approximate phase
+    if args.child:
+        if args.levers == "off":  # every layer built in this process reuses nothing
+            real_init = InputAggregationCache.__init__
+
+            def init(self):
+                real_init(self)
+                self.enabled = False
+
+            InputAggregationCache.__init__ = init
+        with open(args.out, "w") as f:
+            json.dump(child(cfg, args.child, profile_epoch), f)
+        return
+    if args.out is None:
+        p.error("--out is required")
+    todo = args.methods or list(config_methods(cfg))
     out = {"machine": machine("cpu"), "command": " ".join(sys.argv), "config": args.config,
-           "mode": cfg.train.mode, "threads": torch.get_num_threads(), "methods": {}}  # fmt: skip
-    for method in ("exact", "rsc"):
-        row = profile_method(cfg, prep, method, profile_epoch)
+           "sets": args.sets, "mode": cfg.train.mode, "threads": torch.get_num_threads(),
+           "profile_epoch": profile_epoch, "levers": args.levers,
+           "note": "each method in its own process; the 2-core VM is shared with other "
+                   "agents' jobs", "methods": {}}  # fmt: skip
+    for method in todo:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = os.path.join(tmp, "child.json")
+            cmd = [sys.executable, *sys.argv[:1], args.config, "--epochs", str(args.epochs),
+                   "--child", method, "--out", res, "--levers", args.levers]  # fmt: skip
+            cmd += [x for s in args.sets for x in ("--set", s)]
+            if args.threads is not None:
+                cmd += ["--threads", str(args.threads)]
+            subprocess.run(cmd, check=True)
+            with open(res) as f:
+                row = json.load(f)
         out["methods"][method] = row
-        cats = "  ".join(f"{k} {v:.1f}" for k, v in row["profile_ms"].items())
-        print(
-            f"{os.path.basename(args.config)} {method:<5} epoch {row['epoch_ms']:8.1f} ms  "
-            f"sparse share {100 * row['sparse_share']:5.1f}%  [{cats}]",
-            flush=True,
-        )
-    e, r = out["methods"]["exact"], out["methods"]["rsc"]
-    out["speedup"] = e["epoch_ms"] / r["epoch_ms"]
-    print(f"speedup (exact / rsc epoch): {out['speedup']:.2f}x")
+        cats = "  ".join(f"{k} {v:.0f}" for k, v in row["split_ms"].items())
+        print(f"{os.path.basename(args.config)} {method:<5} epoch {row['epoch_ms']:8.1f} ms  "
+              f"faults/epoch {row['minor_faults_per_epoch']:.0f}  peak RSS "
+              f"{row['peak_rss_mb']:.0f} MB  [{cats}]", flush=True)  # fmt: skip
+    ms = {m: r["epoch_ms"] for m, r in out["methods"].items()}
+    for base in ("stock", "exact"):
+        if base in ms:
+            out[f"speedup_vs_{base}"] = {m: ms[base] / v for m, v in ms.items()}
+            print(f"speedup vs {base}: " + "  ".join(
+                f"{m} {ms[base] / v:.2f}x" for m, v in ms.items()))  # fmt: skip
     write_json(args.out, out)
 
 

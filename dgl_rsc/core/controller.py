@@ -71,19 +71,17 @@ class RSCController:
         self.allocation: dict[int, tuple] = {}  # product index -> (non-zeros, generation)
         self.last_allocation = None
         self.structures = StructureCache()
-        self._calls = 0
-        self._bound = 0  # products bound since the last step()
-        self._seen_products = False
-        self._empty_steps = 0
-        self._warned_steps = False
+        self._calls = self._bound = 0  # products bound since the last step() (_bound)
+        self._seen_products, self._empty_steps = False, 0
         self.guard = Guard(config.tune_interval) if config.guard else None
         self.boost = 1.0  # the guard's multiplier of a fixed budget
         self.target_error = config.target_error  # budget: auto's target (the guard lowers it)
         self.budget_log: list[dict] = []  # one entry per tune: budgets and estimated errors
         self._step_backwards = 0  # backward products of the layers when this step began
-        self._warned_missing = self._warned_cap = False
+        self._warned_missing = self._warned_cap = self._warned_steps = False
         self.implicit_steps = 0  # steps counted for a missing rsc.step() (see slot())
         self.not_approximated: dict[str, int] = {}  # reason -> training products left to DGL
+        self.cached_inputs = {"hits": 0, "builds": 0}  # layers' input aggregations reused
 
     @classmethod
     def coerce(cls, config=None, **overrides) -> RSCController:
@@ -104,15 +102,13 @@ class RSCController:
         return self.layers[index]
 
     def step_info(self, index: int) -> StepInfo:
-        """The immutable step record of product ``index`` for the current step (exact, in
-        every phase, for a product narrower than ``min_width``)."""
+        """Product ``index``'s immutable record of this step (exact if under ``min_width``)."""
         phase = "exact" if self.narrow(self.layer(index)) else self.phase()
         return StepInfo(phase, self.alloc_version, self.allocation.get(index), self.config,
                         self._probe_due())  # fmt: skip
 
     def narrow(self, state: LayerState) -> bool:
-        """Product ``state``'s gradient (width known after its first backward) is narrower
-        than ``min_width``: it keeps the exact backward."""
+        """Product ``state``'s gradient is narrower than ``min_width`` (it stays exact)."""
         return 0 < state.stats.width < self.config.min_width
 
     def ready(self) -> list:
@@ -121,8 +117,7 @@ class RSCController:
                 if s.ema is not None and s.stats.width > 0 and not self.narrow(s)]  # fmt: skip
 
     def _probe_due(self) -> bool:
-        """This step's products estimate their error curves: a tune follows the step, and
-        the budget is automatic or guarded."""
+        """This step's products estimate error curves: a tune follows; budget auto/guarded."""
         cfg = self.config
         if not (cfg.auto or cfg.guard) or self.phase() == "exact":
             return False
@@ -322,10 +317,13 @@ class RSCController:
         self.not_approximated[reason] = self.not_approximated.get(reason, 0) + 1
         return first
 
+    def note_cached_input(self, built: bool) -> None:
+        """Count a layer's input aggregation reused (``built``: computed first), for stats."""
+        self.cached_inputs["builds" if built else "hits"] += 1
+
     # -- housekeeping ---------------------------------------------------------------------------
     def clear_cache(self, structures: bool = True) -> None:
-        """Drop every product's cached sample and remainder slices, and the cached structures
-        unless ``structures=False`` (what the switch to exact does)."""
+        """Drop the products' cached samples, and the structures unless ``structures=False``."""
         for s in self.layers:
             s.clear_cache()
         if structures:
@@ -337,7 +335,8 @@ class RSCController:
         ``not_approximated`` counts training products left exact because RSC could not take
         them (``not_approximated_reasons``: by reason); ``visited_fraction`` covers the
         products RSC took and is ``None`` when it took none while some were left exact.
-        ``implicit_steps``: steps the controller counted for a missing ``rsc.step()``."""
+        ``implicit_steps``: steps the controller counted for a missing ``rsc.step()``;
+        ``cached_input_aggregation``: input aggregations reused (``hits``) or built (``builds``)."""
         layers = []
         for s in self.layers:
             d = s.stats.as_dict()
@@ -365,6 +364,7 @@ class RSCController:
             "not_approximated": skipped,
             "not_approximated_reasons": dict(self.not_approximated),
             "implicit_steps": self.implicit_steps,
+            "cached_input_aggregation": dict(self.cached_inputs),
         }
 
     def state_dict(self) -> dict:

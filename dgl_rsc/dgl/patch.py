@@ -11,7 +11,12 @@ Inside the block, these DGL entry points are replaced:
   ``GATConv`` use;
 - ``dgl.nn.GraphConv.forward``, only to tell the product the source normalization it applies
   before aggregating (``norm="both"``/``"left"``), so that rows are scored as rows of the
-  normalized matrix, as :class:`dgl_rsc.nn.GraphConv` scores them (both then train alike).
+  normalized matrix, as :class:`dgl_rsc.nn.GraphConv` scores them (both then train alike),
+  and to reuse the aggregation of an input that needs no gradient: where DGL aggregates the
+  layer's input before any weight (``in <= out``, no edge weights), the same features on the
+  same graph give the same product, computed once per block by DGL's own kernel (bit for bit
+  what DGL computes; :mod:`dgl_rsc.dgl.nn.input_cache` has the rules). A layer that
+  transforms first (``in > out``) keeps DGL's order: reordering it would change its numerics.
 
 A call is taken over only when the engine computes it exactly as DGL does (on the CPU: the
 same numbers, bit for bit): floating features that need a gradient (fp32/fp64 on the CPU,
@@ -55,6 +60,7 @@ from ..core.controller import RSCController
 from ..core.spmm import spmm_matrix
 from . import private as dgl_private
 from .interop import csr_from_graph_index, csr_from_sparse_matrix
+from .nn.input_cache import InputAggregationCache
 
 __all__ = ["patch", "is_patched", "patched_symbols"]
 
@@ -248,6 +254,26 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
         if not owned():
             return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
         col = hint.pop("col", None)  # one aggregation per GraphConv forward
+        reuse = hint.pop("input", None)
+        if (
+            reuse is not None
+            and op == "copy_lhs"
+            and reduce_op == "sum"
+            and not (
+                _trains(lhs_data) or torch.is_autocast_enabled() or not dgl_private.has_in_csr(gidx)
+            )
+        ):
+            cache, feat = reuse
+            A, _ = csr_from_graph_index(gidx, rsc.structures)
+            builds = cache.builds
+
+            def build():
+                return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
+
+            out = cache.get(feat, (A.indptr, A.indices), build)
+            if out is not None:
+                rsc.note_cached_input(built=cache.builds != builds)
+                return out
         if torch.is_autocast_enabled():  # DGL computes in the autocast dtype: so do we
             args, autocast_off = dgl_private.autocast_operands(lhs_data, rhs_data)
             with autocast_off():
@@ -259,12 +285,20 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
         return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data) if out is None else out
 
     hint: dict = {}  # the source normalization of the GraphConv forward in progress
+    inputs: dict = {}  # id(conv) -> (conv, its InputAggregationCache) while the block lasts
 
     def graphconv_forward(self, graph, feat, weight=None, edge_weight=None):
         if owned() and not hint:
             col = _graphconv_col(self, graph, feat)
             if col is not None:
                 hint["col"] = col
+            if (isinstance(feat, torch.Tensor) and edge_weight is None
+                    and not getattr(graph, "is_block", False)
+                    and dgl_private.graphconv_aggregates_input(self, weight)):  # fmt: skip
+                entry = inputs.get(id(self))
+                if entry is None or entry[0] is not self:
+                    entry = inputs[id(self)] = (self, InputAggregationCache())
+                hint["input"] = (entry[1], feat)
         try:
             return orig_graphconv(self, graph, feat, weight=weight, edge_weight=edge_weight)
         finally:

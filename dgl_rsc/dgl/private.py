@@ -138,3 +138,11 @@ def autocast_operands(lhs, rhs) -> tuple[tuple, Callable[[], contextlib.Abstract
 def graphconv_norm(conv) -> str:
     """The ``norm`` a ``dgl.nn.GraphConv`` was built with (``"both"``, ``"right"``, ...)."""
     return conv._norm
+
+
+def graphconv_aggregates_input(conv, weight) -> bool:
+    """A ``dgl.nn.GraphConv`` forward (with external ``weight`` or ``None``) aggregates its
+    normalized input before any weight: DGL transforms first only when ``in > out`` and a
+    weight is there."""
+    has_weight = weight is not None or conv.weight is not None
+    return not (has_weight and conv._in_feats > conv._out_feats)

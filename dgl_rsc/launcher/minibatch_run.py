@@ -168,7 +168,8 @@ def minibatch_epoch(run, prep, source: BatchSource, epoch: int) -> dict:
     """One epoch of optimizer steps, one per batch; times summed over the batches (seconds),
     ``loss`` the mean of the batches' losses."""
     dev, task = prep.device, prep.data.task
-    out = {"loss": 0.0, "epoch_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "step_s": 0.0}
+    out = {"loss": 0.0, "epoch_s": 0.0, "forward_s": 0.0, "backward_s": 0.0, "step_s": 0.0,
+           "minor_faults": 0}  # fmt: skip
     steps = nodes = 0
     for batch in source.loader.epoch(epoch - 1):
         t0 = time.perf_counter()  # the batch's graph and features count as its forward
@@ -190,7 +191,7 @@ def minibatch_epoch(run, prep, source: BatchSource, epoch: int) -> dict:
         step = run.train_step(forward_loss, prep.reducer, dev, feed_guard=False, start=t0)
         if not math.isfinite(step["loss"]):
             return {**out, "loss": step["loss"]}
-        for k in ("forward_s", "backward_s", "step_s", "epoch_s", "loss"):
+        for k in ("forward_s", "backward_s", "step_s", "epoch_s", "loss", "minor_faults"):
             out[k] += step[k]
         steps += 1
         nodes += idx.numel()

@@ -66,6 +66,7 @@ class Prepared:
     reducer: object = dataclasses.field(default_factory=lambda: _local_reducer())
     dist: object = None  # the DistContext of a distributed run
     partition: Optional[dict] = None  # its partition's quality and cache file
+    allocator: str = "default"  # "kept": freed blocks kept for reuse (keep_freed_memory)
 
     def graph(self, kind: str):
         """The message-passing graph of ``kind`` (self-loops added when the model wants them)."""
@@ -122,6 +123,11 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
         )
     device = resolve_device(cfg.train.device)
     check_backend(cfg, device)
+    allocator = "default"
+    if cfg.train.keep_freed_memory:  # the launcher's own process: see keep_freed_memory
+        from ..base.memory import keep_freed_memory
+
+        allocator = "kept" if keep_freed_memory() else "default"
     params = {k: v for k, v in cfg.dataset.items() if k not in ("name", "root")}
     try:
         data = load_dataset(cfg.dataset["name"], root=cfg.dataset["root"], **params)
@@ -141,8 +147,10 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
     if cfg.distributed is not None:
         from .dist_run import prepare_rank
 
-        return prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared)
+        prep = prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared)
+        prep.allocator = allocator
+        return prep
     prep = Prepared(data, (src, dst, n), data.feat.to(device), data.label.to(device), masks,
-                    device, data.fingerprint(), name)  # fmt: skip
+                    device, data.fingerprint(), name, allocator=allocator)  # fmt: skip
     prep.graph(get_engine(engine).graph)  # built now: a bad graph fails before training
     return prep

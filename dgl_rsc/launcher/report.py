@@ -196,6 +196,12 @@ def summarize(records: list, tolerance: float = DEFAULT_TOLERANCE, target=None) 
             "approx_epoch_s_mean": _mean(t["approx_epoch_s"] for t in times),
             "epoch_s_median": float(np.median([h["epoch_s"] for r in recs for h in _timed(r)])),
             "nnz_fraction": visited / exact if exact else 1.0,
+            # pages faulted in per timed epoch (0 once freed blocks are reused), the process's
+            # peak resident memory at the run's end (a process-wide high-water mark: the
+            # first run of a process gives its method's own peak), the allocator setting
+            "minor_faults_mean": _mean(h.get("minor_faults", 0) for r in recs for h in _timed(r)),
+            "peak_rss_mb": max(r.get("peak_rss_mb") or 0.0 for r in recs),
+            "allocator": recs[0].get("allocator", "default"),
         }
     baselines = [m for m in ("exact", "stock") if m in summary]
     if baselines:

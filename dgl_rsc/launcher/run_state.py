@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..base.memory import minor_faults
 from ..core.controller import RSCController
 
 __all__ = ["RunState", "sync"]
@@ -67,9 +68,11 @@ class RunState:
         A non-finite loss stops before the backward and returns ``{"loss": value}`` (the
         caller stops the run). Otherwise returns the loss and the step's seconds:
         ``epoch_s`` (from ``start``, default the call), ``forward_s``, ``backward_s``,
-        ``step_s``.
+        ``step_s``, and ``minor_faults``, the pages the process faulted in during the call
+        (fresh allocations touched first: what :func:`dgl_rsc.keep_freed_memory` removes).
         """
         self.model.train()
+        faults = minor_faults()
         t0 = time.perf_counter() if start is None else start
         with self.autocast():
             loss = forward_loss()
@@ -86,4 +89,5 @@ class RunState:
         sync(device)
         t3 = time.perf_counter()
         return {"loss": value, "epoch_s": t3 - t0, "forward_s": t1 - t0,
-                "backward_s": t2 - t1, "step_s": t3 - t2}  # fmt: skip
+                "backward_s": t2 - t1, "step_s": t3 - t2,
+                "minor_faults": minor_faults() - faults}  # fmt: skip

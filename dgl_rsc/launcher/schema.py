@@ -82,6 +82,8 @@ class TrainConfig:
     backward). ``warmup_epochs``: when a run compares methods, each method still to train first
     trains this many untimed epochs, unrecorded, so that the process's one-off costs (DGL's
     first call, Numba's start) fall in none of the timed runs; 0 turns it off.
+    ``keep_freed_memory``: the run's process keeps freed large blocks for reuse
+    (:func:`dgl_rsc.keep_freed_memory`, glibc only; reported as ``allocator``).
     """
 
     epochs: int = 200
@@ -102,6 +104,7 @@ class TrainConfig:
     batches_per_epoch: Optional[int] = None
     precision: str = "fp32"
     int8_rounding: str = "stochastic"
+    keep_freed_memory: bool = True
 
 
 TRAIN_RULES = {
@@ -123,6 +126,7 @@ TRAIN_RULES = {
     "batches_per_epoch": Rule(int, 1, optional=True),
     "precision": Rule(str, choices=PRECISIONS),
     "int8_rounding": Rule(str, choices=ROUNDINGS),
+    "keep_freed_memory": Rule(bool),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),

@@ -39,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 from ..base import _deps
+from ..base.memory import peak_rss_bytes
 from ..core.config import RSCConfig
 from ..core.controller import RSCController
 from ..dgl.nn import attach
@@ -254,7 +255,8 @@ def train_one(
         "history": history, "best": best,
         "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
         "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,
-        "distributed": dist_summary(prep),
+        "distributed": dist_summary(prep), "allocator": prep.allocator,
+        "peak_rss_mb": peak_rss_bytes() / 2**20,
     }  # fmt: skip
 
 

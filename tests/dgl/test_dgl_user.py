@@ -98,7 +98,9 @@ def test_a_missing_step_is_warned_once_at_the_users_line_and_counted(data, how):
     assert st["implicit_steps"] == 7 and st["step"] == 7
     assert len(st["layers"]) == 2  # the products map onto the same two layers every pass
     assert st["phase"] == "exact"  # the schedule advanced: the switch at step 4 happened
-    assert st["layers"][0]["approx_calls"] > 0
+    # the drop-in model's first layer reuses its input aggregation after the second pass
+    # (dgl_rsc/dgl/nn/input_cache.py): its second layer's product is the one approximated
+    assert st["layers"][0 if how == "patch" else 1]["approx_calls"] > 0
 
 
 def test_steps_called_correctly_give_no_warning(data):
@@ -176,7 +178,9 @@ def test_patched_graphconv_and_dropin_train_identically(data, dims, rescale):
                tune_interval=3, seed=5, rescale=rescale, min_width=0)  # fmt: skip
     with dgl_rsc.patch(**cfg) as rsc_patch:
         patched = _train(_stock(dims), data, 12, rsc_patch)
-    model = _dropin(dims)
+    # the drop-in would reuse its first layer's input aggregation (one product fewer, which
+    # the patched stock layer keeps): off here, so that both run the same products
+    model = rnn.cache_input_aggregation(_dropin(dims), enabled=False)
     rsc_drop = rnn.attach(model, **cfg)
     dropin = _train(model, data, 12, rsc_drop)
     torch.testing.assert_close(patched, dropin, rtol=1e-5, atol=1e-6)

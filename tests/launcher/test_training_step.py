@@ -68,3 +68,22 @@ def test_every_mode_trains_through_the_one_step(one_thread, calls, caplog, mode,
     assert all(torch.isfinite(torch.tensor(h["loss"])) for h in rec["history"])
     assert rec["amp"] == "none"  # the CPU has no autocast here
     assert (f"train.amp={amp} ignored" in caplog.text) == (amp != "none")
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_run_reports_its_allocator_faults_memory_and_reused_aggregation(one_thread, keep,
+                                                                          monkeypatch):  # fmt: skip
+    from dgl_rsc.base import memory
+
+    applied = []
+    monkeypatch.setattr(memory, "keep_freed_memory", lambda: applied.append(1) or True)
+    cfg = resolve(apply_overrides(BASE, [f"train.keep_freed_memory={str(keep).lower()}",
+                                         "train.epochs=3"]))  # fmt: skip
+    rec = train_one(cfg, prepare(cfg), "exact", seed=0, progress=False)
+    assert applied == ([1] if keep else [])  # the launcher's own call, only when configured
+    assert rec["allocator"] == ("kept" if keep else "default")
+    assert all(h["minor_faults"] >= 0 for h in rec["history"]) and rec["peak_rss_mb"] > 0
+    # the first layer's input (the dataset's features) is aggregated once, then reused:
+    # built at the second step, reused at the third and in every evaluation
+    assert rec["rsc_stats"]["cached_input_aggregation"]["builds"] == 1
+    assert rec["rsc_stats"]["cached_input_aggregation"]["hits"] >= 2

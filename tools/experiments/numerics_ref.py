@@ -35,7 +35,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from dgl_rsc.models import build_model  # noqa: E402
-from dgl_rsc.nn import attach  # noqa: E402
+from dgl_rsc.nn import attach, cache_input_aggregation  # noqa: E402
 from dgl_rsc.sparse.graph import Graph  # noqa: E402
 
 __all__ = ["CASES", "DEFAULT_PATH", "RSC", "STEPS", "TOL", "compare", "make_inputs", "run_case"]
@@ -117,6 +117,9 @@ def run_case(data, model_name: str, backend: str) -> dict[str, np.ndarray]:
              if k.startswith(prefix)}  # fmt: skip
     model.load_state_dict(state)
     rsc = attach(model, backend=backend, **RSC)
+    # every product approximated, the first layer's too: its input aggregation is not reused
+    # (which would leave that layer without a sparse product from the second step on)
+    cache_input_aggregation(model, enabled=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.2)
     losses, kept, logits = [], [], None
     for _ in range(STEPS):

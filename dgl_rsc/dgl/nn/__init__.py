@@ -5,7 +5,8 @@
 table is :data:`TWINS`), keeping the parameters; :func:`attach` drives them by one
 :class:`~dgl_rsc.RSCController`. A layer that is never attached computes the exact backward
 and warns once. Where DGL's layer raises ``DGLError``, these raise :class:`RSCLayerError`,
-which ``except dgl.DGLError`` also catches when DGL is installed.
+which ``except dgl.DGLError`` also catches when DGL is installed. A layer whose input needs
+no gradient aggregates it once per run (:func:`cache_input_aggregation` turns that off).
 """
 
 from ._base import RSCLayer
@@ -14,6 +15,7 @@ from .convert import TWINS, attach, convert, exact, rsc_layers, twin
 from .errors import RSCLayerError
 from .gcn2conv import GCN2Conv
 from .graphconv import GraphConv
+from .input_cache import cache_input_aggregation, input_cache_counts
 from .sageconv import SAGEConv
 
 __all__ = [
@@ -25,8 +27,10 @@ __all__ = [
     "RSCLayerError",
     "SAGEConv",
     "attach",
+    "cache_input_aggregation",
     "convert",
     "exact",
+    "input_cache_counts",
     "rsc_layers",
     "twin",
 ]

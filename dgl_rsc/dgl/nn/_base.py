@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -16,6 +16,7 @@ from ...int8.spec import Int8State
 from ...sparse.structure_cache import StructureCache
 from ..interop import message_structure
 from .errors import layer_error
+from .input_cache import InputAggregationCache
 from .messages import feature_weighted_sum, resolve_edge_weight
 
 __all__ = [
@@ -82,6 +83,7 @@ class RSCLayer(nn.Module):
         self._rsc_warned = False
         self._rsc_structures: Optional[StructureCache] = None
         self._rsc_int8: Optional[Int8State] = None
+        self._rsc_input_cache = InputAggregationCache()
 
     # -- attachment -------------------------------------------------------------------
     def rsc_attach(self, controller: RSCController, index: int) -> None:
@@ -113,6 +115,7 @@ class RSCLayer(nn.Module):
                 if i < len(states):  # a slot that never ran has no state to clear
                     states[i].clear_cache()
         self._rsc_structures = None
+        self._rsc_input_cache.clear()
 
     # -- precision --------------------------------------------------------------------
     def rsc_set_int8(self, state: Optional[Int8State]) -> None:
@@ -176,6 +179,26 @@ class RSCLayer(nn.Module):
             self._rsc_int8.training = self.training
         out = spmm_matrix(A, flat, state, quant=self._rsc_int8, **scales)
         return out.reshape((A.shape[0],) + weights.out_tail)
+
+    def _cached_input(self, graph, feat, edge_weight, build: Callable[[], torch.Tensor]):
+        """``build()``'s ``(N_dst, D)`` aggregation of ``feat``, computed once and reused while
+        ``feat``, the graph and ``edge_weight`` stay the same (:mod:`.input_cache`), or ``None``
+        where that cannot hold: then the layer computes its plain path."""
+        if (not isinstance(feat, torch.Tensor) or feat.requires_grad or self._rsc_int8 is not None
+                or getattr(graph, "is_block", False)
+                or getattr(graph, "rsc_aggregate", None) is not None):  # fmt: skip
+            return None
+        if edge_weight is not None and (
+            edge_weight.requires_grad or edge_weight.numel() != graph.num_edges()
+        ):
+            return None
+        A, _ = message_structure(graph, self._structures())
+        cache = self._rsc_input_cache
+        builds = cache.builds
+        out = cache.get(feat, (A.indptr, A.indices, edge_weight), build)
+        if out is not None and self._rsc_ctl is not None:
+            self._rsc_ctl.note_cached_input(built=cache.builds != builds)
+        return out
 
     def _structures(self) -> StructureCache:
         if self._rsc_ctl is not None:

@@ -130,6 +130,10 @@ class GraphConv(RSCLayer):
                 )
         else:
             weight = self.weight
+        rst = self._cached_input(graph, feat, edge_weight, lambda: self._aggregate(
+            graph, feat_src, edge_weight, row_scale=row, col_scale=col))  # fmt: skip
+        if rst is not None:  # input aggregated once per run (.input_cache): transform only
+            return self._finish(rst if weight is None else self._matmul(rst, weight))
         # DGL's order of operations, with every scaling that is adjacent to the aggregation
         # fused into the product (bit-identical: the same multiplications in the same order)
         before = weight is not None and self._in_feats > self._out_feats
@@ -147,6 +151,9 @@ class GraphConv(RSCLayer):
             rst = self._matmul(rst, weight)
             if row is not None:
                 rst = rst * broadcast_to_rows(row, feat_dst)
+        return self._finish(rst)
+
+    def _finish(self, rst):
         if self.bias is not None:
             rst = rst + self.bias
         if self._activation is not None:

@@ -122,10 +122,34 @@ class SAGEConv(RSCLayer):
             feat_src = feat_dst = self.feat_drop(feat)
             if getattr(graph, "is_block", False):
                 feat_dst = feat_src[: graph.num_dst_nodes()]
-        mean = self._aggre_type == "mean"
-        if not mean:
+        if self._aggre_type != "mean":
             _check_eq_shape(feat_src, feat_dst)
-        lin_before_mp = self._in_src_feats > self._out_feats
+        h_neigh = None
+        if not isinstance(feat, tuple):  # input aggregated once per run (.input_cache)
+            h_neigh = self._cached_input(graph, feat_src, edge_weight, lambda: self._neighbours(
+                graph, feat, feat_src, feat_dst, edge_weight, False))  # fmt: skip
+        if h_neigh is not None:
+            h_neigh = self.fc_neigh(h_neigh)
+        else:
+            lin_before_mp = self._in_src_feats > self._out_feats
+            h_neigh = self._neighbours(graph, feat, feat_src, feat_dst, edge_weight, lin_before_mp)
+            if not lin_before_mp:
+                h_neigh = self.fc_neigh(h_neigh)
+        if self._aggre_type == "gcn":
+            rst = h_neigh
+            if self.bias is not None:
+                rst = rst + self.bias
+        else:
+            rst = self.fc_self(feat_dst) + h_neigh
+        if self.activation is not None:
+            rst = self.activation(rst)
+        if self.norm is not None:
+            rst = self.norm(rst)
+        return rst
+
+    def _neighbours(self, graph, feat, feat_src, feat_dst, edge_weight, lin_before_mp: bool):
+        """The aggregated neighbourhood, before ``fc_neigh`` unless ``lin_before_mp``."""
+        mean = self._aggre_type == "mean"
         h = self.fc_neigh(feat_src) if lin_before_mp else feat_src
         if mean:  # DGL's mean: the sum divided by the clamped in-degree, fused
             deg = graph.in_degrees().clamp(1, max(graph.num_edges(), 1)).to(h.dtype)
@@ -143,16 +167,4 @@ class SAGEConv(RSCLayer):
                 h_dst = h
             degs = graph.in_degrees().to(feat_dst)
             h_neigh = (neigh + h_dst) / (degs.unsqueeze(-1) + 1)
-        if not lin_before_mp:
-            h_neigh = self.fc_neigh(h_neigh)
-        if self._aggre_type == "gcn":
-            rst = h_neigh
-            if self.bias is not None:
-                rst = rst + self.bias
-        else:
-            rst = self.fc_self(feat_dst) + h_neigh
-        if self.activation is not None:
-            rst = self.activation(rst)
-        if self.norm is not None:
-            rst = self.norm(rst)
-        return rst
+        return h_neigh
