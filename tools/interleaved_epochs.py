@@ -88,7 +88,11 @@ def main(argv=None) -> int:
               "visited_fraction": {k: (r.ctl.stats()["visited_fraction"] if r.ctl else None)
                                    for k, r in runs.items()},
               "phase_at_end": {k: (r.ctl.phase() if r.ctl else "exact")
-                               for k, r in runs.items()}}  # fmt: skip
+                               for k, r in runs.items()},
+              # per product: rows of its incoming gradient computed (RSCConfig.restrict)
+              "backward_rows_fraction": {k: ([d["backward_rows_fraction"]
+                                              for d in r.ctl.stats()["layers"]]
+                                             if r.ctl else None) for k, r in runs.items()}}  # fmt: skip
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     for k in runs:

@@ -28,6 +28,7 @@ is the backward of what lies between two products of the native GCN.
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple, Optional
 
 import torch
@@ -108,13 +109,39 @@ class SegmentSpec(NamedTuple):
     p: float
 
 
-def _noise(a: torch.Tensor, p: float) -> Optional[torch.Tensor]:
-    """The dropout multiplier of ``a`` (``0`` or ``1 / (1 - p)``), or ``None`` for ``p == 0``:
-    ``dropout`` of ones of ``a``'s shape draws the same random numbers as ``dropout(a)``, and
-    ``a`` times it is ``dropout(a)`` bit for bit (the mask is 0 or 1)."""
+def _dropout(a: torch.Tensor, p: float):
+    """``(dropout(a), scale)``: the output of ``torch.nn.functional.dropout(a, p, True)`` bit
+    for bit, from the same random numbers, and the 0-dim ``1 / (1 - p)`` its kept entries
+    were multiplied by (``None`` for ``p == 0``)."""
     if p == 0:
-        return None
-    return F.dropout(torch.ones_like(a), p, True)
+        return a, None
+    if a.device.type == "cpu":  # ATen's composite dropout on the CPU: the same three steps
+        noise = torch.empty_like(a).bernoulli_(1 - p).div_(1 - p)
+        out = a * noise
+    else:  # the fused kernel elsewhere: a * mask * scale with a 0/1 mask
+        out = F.dropout(a, p, True)
+    return out, torch.ones((), dtype=a.dtype, device=a.device).div_(1 - p)
+
+
+#: per product state: ``(dZ buffer, rows written last)``, reused so that a restricted step
+#: zeroes only the rows the previous one wrote instead of a fresh ``(N, D)`` tensor
+_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _scatter_rows(owner, rows: torch.Tensor, index: torch.Tensor, n: int) -> torch.Tensor:
+    """``(n, D)`` zeros but ``rows (r, D)`` at ``index (r,)``: in ``owner``'s kept buffer when
+    it fits (the previous rows zeroed again), else in a new one."""
+    shape = (n, rows.shape[1])
+    kept = None if owner is None or torch.is_grad_enabled() else _BUFFERS.get(owner)
+    if kept is not None and kept[0].shape == shape and kept[0].dtype == rows.dtype and (
+            kept[0].device == rows.device):  # fmt: skip
+        buf = kept[0].index_fill_(0, kept[1], 0)
+    else:
+        buf = rows.new_zeros(shape)
+    buf.index_copy_(0, index, rows)
+    if owner is not None and not torch.is_grad_enabled():
+        _BUFFERS[owner] = (buf, index)
+    return buf
 
 
 def _rows(t: Optional[torch.Tensor], index: Optional[torch.Tensor]):
@@ -132,8 +159,10 @@ class RestrictedSegment(torch.autograd.Function):
     that computes ``dZ`` on the rows ``plan`` resolves (see the module).
 
     Forward: the same operations in the same order as the plain layers (bit for bit, and the
-    same random numbers for the dropout). Saves ``Z`` (for ``dW``), the gate ``relu' *
-    dropout`` and ``X``'s operand before ``W'`` (for ``dW'``)."""
+    same random numbers for the dropout). Saves ``Z`` (for ``dW``) and ``X``'s operand
+    before ``W'`` (for ``dW'``), from whose sign the backward reads ReLU's and dropout's mask:
+    one ``(N, D)`` tensor where autograd keeps three (the ReLU output, the dropout noise and
+    that operand)."""
 
     @staticmethod
     def forward(ctx, z, weight, bias, weight_next, spec: SegmentSpec, plan: Optional[RowPlan]):
@@ -142,24 +171,23 @@ class RestrictedSegment(torch.autograd.Function):
             u = u * spec.row.reshape(-1, 1)
         if bias is not None:
             u = u + bias
-        a = F.relu(u)
-        noise = _noise(a, spec.p)
-        h = a if noise is None else a * noise
-        gate = (a > 0).to(a.dtype) if noise is None else noise.mul_(a > 0)
-        h = _col(spec.col_next, h)
+        h, scale = _dropout(F.relu(u), spec.p)
+        h = _col(spec.col_next, h)  # positive scales: h > 0 exactly where relu' * mask is 1
         x = h if weight_next is None else torch.matmul(h, weight_next)
-        ctx.spec, ctx.plan = spec, plan
-        ctx.save_for_backward(z if weight is not None else None, weight, gate,
-                              h if weight_next is not None else None, weight_next)  # fmt: skip
+        ctx.spec, ctx.plan, ctx.scale = spec, plan, scale
+        ctx.save_for_backward(z if weight is not None else None, weight, h, weight_next)
         return x
 
     @staticmethod
     def backward(ctx, dx):
-        z, weight, gate, h, weight_next = ctx.saved_tensors
+        z, weight, h, weight_next = ctx.saved_tensors
         spec, plan = ctx.spec, ctx.plan
         need_w, need_b, need_wn = ctx.needs_input_grad[1:4]
-        rows = None if plan is None else plan.resolve(dx.dtype)
         sums = need_b or (weight is not None and need_w)
+        # under "rows", with every row feeding an exact sum and no GEMM of this layer's own
+        # to restrict, there is nothing to skip
+        skip = plan is None or (plan.mode == "rows" and sums and weight is None)
+        rows = None if skip else plan.resolve(dx.dtype)
         estimate = rows is not None and (plan.mode == "weights" or not sums)
         idx = rows.index if estimate else None  # the rows every step below computes
         dwn = None
@@ -168,16 +196,20 @@ class RestrictedSegment(torch.autograd.Function):
         d = dx if idx is None else dx.index_select(0, idx)
         if weight_next is not None:
             d = torch.matmul(d, weight_next.t())
-        d = _col(_rows(spec.col_next, idx), d)
-        d = d * _rows(gate, idx)
-        wcol = None if not estimate else rows.weight.reshape(-1, 1)
+        # the column scale, dropout's backward, then ReLU's (as autograd runs them: the
+        # scale times dropout's factor is one vector, the same products in the same order)
+        col = _rows(spec.col_next, idx)
+        if ctx.scale is not None:
+            col = ctx.scale if col is None else col.reshape(-1, 1) * ctx.scale
+        d = d if col is None else d * (col if col.dim() != 1 else col.reshape(-1, 1))
+        d = torch.ops.aten.threshold_backward(d, _rows(h, idx), 0)
         db = None
         if need_b:
-            db = d.sum(0) if wcol is None else torch.matmul(rows.weight, d)
+            db = d.sum(0) if not estimate else torch.matmul(rows.weight, d)
         d = _col(_rows(spec.row, idx), d)
         dw = None
         if weight is not None and need_w:
-            dw = torch.matmul(_rows(z, idx).t(), d if wcol is None else d * wcol)
+            dw = torch.matmul(_rows(z, idx).t(), d if not estimate else d * rows.weight[:, None])
         if rows is not None and idx is None:  # "rows" with exact sums: the GEMM alone
             idx = rows.index
             d = d.index_select(0, idx)
@@ -185,10 +217,8 @@ class RestrictedSegment(torch.autograd.Function):
             d = torch.matmul(d, weight.t())
         if idx is None:
             dz = d
-            computed = dz.shape[0]
         else:
-            dz = d.new_zeros((dx.shape[0], d.shape[1])).index_copy_(0, idx, d)
-            computed = idx.numel()
+            dz = _scatter_rows(plan.state, d, idx, dx.shape[0])
         if plan is not None:
-            plan.state.stats.gradient_rows(computed, dx.shape[0])
+            plan.state.stats.gradient_rows(d.shape[0], dx.shape[0])
         return dz, dw, db, dwn, None, None
