@@ -196,8 +196,8 @@ class RestrictedSegment(torch.autograd.Function):
         d = dx if idx is None else dx.index_select(0, idx)
         if weight_next is not None:
             d = torch.matmul(d, weight_next.t())
-        # the column scale, dropout's backward, then ReLU's (as autograd runs them: the
-        # scale times dropout's factor is one vector, the same products in the same order)
+        # the column scale and dropout's backward (their factors multiplied first: equal to
+        # autograd's to rounding), then ReLU's
         col = _rows(spec.col_next, idx)
         if ctx.scale is not None:
             col = ctx.scale if col is None else col.reshape(-1, 1) * ctx.scale
@@ -210,15 +210,14 @@ class RestrictedSegment(torch.autograd.Function):
         dw = None
         if weight is not None and need_w:
             dw = torch.matmul(_rows(z, idx).t(), d if not estimate else d * rows.weight[:, None])
-        if rows is not None and idx is None:  # "rows" with exact sums: the GEMM alone
-            idx = rows.index
-            d = d.index_select(0, idx)
-        if weight is not None:
-            d = torch.matmul(d, weight.t())
-        if idx is None:
-            dz = d
-        else:
-            dz = _scatter_rows(plan.state, d, idx, dx.shape[0])
+        dz = None
+        if ctx.needs_input_grad[0]:  # else Z is a constant (the first layer's aggregation)
+            if rows is not None and idx is None:  # "rows" with exact sums: the GEMM alone
+                idx = rows.index
+                d = d.index_select(0, idx)
+            if weight is not None:
+                d = torch.matmul(d, weight.t())
+            dz = d if idx is None else _scatter_rows(plan.state, d, idx, dx.shape[0])
         if plan is not None:
             plan.state.stats.gradient_rows(d.shape[0], dx.shape[0])
         return dz, dw, db, dwn, None, None
