@@ -34,6 +34,12 @@ from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
 
 
+def _rows_fraction(run):
+    """Per product, the rows of its incoming gradient computed (``RSCConfig.restrict``)."""
+    return None if run.ctl is None else [
+        d["backward_rows_fraction"] for d in run.ctl.stats()["layers"]]  # fmt: skip
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
@@ -88,7 +94,10 @@ def main(argv=None) -> int:
               "visited_fraction": {k: (r.ctl.stats()["visited_fraction"] if r.ctl else None)
                                    for k, r in runs.items()},
               "phase_at_end": {k: (r.ctl.phase() if r.ctl else "exact")
-                               for k, r in runs.items()}}  # fmt: skip
+                               for k, r in runs.items()},
+              # per product: rows of its incoming gradient computed (RSCConfig.restrict)
+              "backward_rows_fraction": {k: _rows_fraction(r)
+                                         for k, r in runs.items()}}  # fmt: skip
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     for k in runs:

@@ -17,6 +17,7 @@ __all__ = [
     "RULES",
     "RESCALES",
     "DIAGONALS",
+    "RESTRICTS",
     "unknown_key_message",
 ]
 
@@ -27,6 +28,8 @@ AUTO = "auto"
 #: under ``budget: auto``, the non-zero fraction of a layer before its first tune
 AUTO_START = 0.5
 DIAGONALS = ("sample", "exact")
+#: ``RSCConfig.restrict``: off, the input gradient alone, or with the parameter gradients
+RESTRICTS = ("off", "rows", "weights")
 
 
 class ConfigError(ValueError):
@@ -119,6 +122,16 @@ class RSCConfig:
         backend: the sampling kernels: ``"auto"`` (CuPy on CUDA, Numba's CPU kernels on the
             CPU, torch where neither runs), ``"torch"`` (the reference), ``"cupy"``,
             ``"numba"`` (Numba-CUDA) or ``"numba-cpu"``.
+        restrict: the backward between two products computes only the rows the next
+            sampled product reads (:mod:`dgl_rsc.core.restrict`; the native GCN's
+            ``GraphConv`` layers without batch norm, on steps that reuse a cached sample).
+            ``"off"`` (default): every row. ``"rows"``: the input-gradient GEMM of an
+            aggregate-first layer on those rows, every parameter gradient exact (they sum
+            over all rows, so the elementwise backwards keep every row). ``"weights"``: the
+            dense and elementwise backwards on those rows only, and the bias and weight
+            gradients that sum over them estimated from those rows with the sample's weights
+            (1 on the sample's rows, ``remainder_groups`` on the step's group): unbiased
+            given the sample, exact at budget 1.
         seed: seed of the rows drawn for the ``"ls"`` scale (each layer draws from its own
             generator, seeded from ``seed`` and its index; saved in checkpoints).
     """
@@ -142,6 +155,7 @@ class RSCConfig:
     check_finite: bool = True
     subgraph_cache: int = 32
     backend: str = "auto"
+    restrict: str = "off"
     seed: int = 0
 
     def __post_init__(self):
@@ -178,6 +192,7 @@ class RSCConfig:
                     f"RSCConfig.{key} must be true or false, got {getattr(self, key)!r}."
                 )
         _check_choice(self, "backend", BACKENDS)
+        _check_choice(self, "restrict", RESTRICTS)
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

@@ -58,6 +58,7 @@ class LayerStats:
         self.last_k: Optional[torch.Tensor] = None
         self.last_rows = 0
         self.width = 0
+        self.grad_rows = self.grad_rows_total = 0  # rows of dY computed (restricted backward)
         self._pending: list[torch.Tensor] = []
         self._timers: list[Timer] = []
 
@@ -78,6 +79,12 @@ class LayerStats:
         self._pending.append(nnz_kept)
         if len(self._pending) >= FOLD_EVERY:
             self.fold()
+
+    def gradient_rows(self, computed: int, total: int) -> None:
+        """The backward before this product computed ``computed`` of the ``total`` rows of
+        its incoming gradient (:mod:`dgl_rsc.core.restrict`)."""
+        self.grad_rows += int(computed)
+        self.grad_rows_total += int(total)
 
     def refreshed(self, timer: Timer, k: torch.Tensor) -> None:
         self._timers.append(timer)
@@ -111,4 +118,7 @@ class LayerStats:
             "cache_hits": self.hits,
             "cache_misses": self.misses,
             "select_seconds": self.select_seconds,
+            "backward_rows_fraction": (
+                self.grad_rows / self.grad_rows_total if self.grad_rows_total else 1.0
+            ),
         }

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..base.names import did_you_mean
 from ..core.config import ConfigError, unknown_key_message
+from . import restricted
 from .engines import conv_classes
 
 __all__ = ["GCN", "SAGE", "GCNII", "ResGCN", "MODELS", "build_model", "model_params"]
@@ -67,6 +68,9 @@ class _Stack(nn.Module):
     def forward(self, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
         """``feat (N, F)`` -> logits ``(N, C)``; ``edge_weight (E,)`` weights every
         aggregation's messages (GraphSAINT's normalization in mini-batch training)."""
+        ctl = restricted.applies(self, graph, feat, edge_weight)  # RSCConfig.restrict
+        if ctl is not None:
+            return restricted.restricted_forward(self, graph, feat, ctl)
         h = self.input_dropout(feat)
         for i, conv in enumerate(self.convs):
             h = conv(graph, h) if edge_weight is None else conv(graph, h, edge_weight=edge_weight)

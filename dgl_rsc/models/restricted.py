@@ -1,0 +1,132 @@
+"""The native GCN's training forward with the row-restricted backward
+(:mod:`dgl_rsc.core.restrict`), when its controller's config asks for it (``restrict``).
+
+It runs the same operations as ``GCN.forward`` through its ``GraphConv`` layers (the same
+output bit for bit, the same random numbers), but cuts the model between its sparse products:
+the ReLU, dropout and bias after product ``l``, an aggregate-first layer's weight before
+them and a transform-first next layer's weight after them form one
+:class:`~dgl_rsc.core.restrict.RestrictedSegment`, whose backward computes only the rows
+product ``l``'s sampled backward reads. Only where the package sees every consumer of those
+tensors: each intermediate tensor here has one consumer, and the path is refused (the plain
+forward runs, every row computed) for batch norm, hooks on the layers, a layer that is not
+exactly :class:`dgl_rsc.nn.GraphConv`, activations inside the layers, edge weights, INT8,
+blocks, distributed graphs and layers attached to different controllers.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+from torch.nn.modules import module as _module
+
+from ..core.restrict import RestrictedSegment, RowPlan, SegmentSpec
+from ..dgl.interop import message_structure
+from ..dgl.nn._base import check_in_degrees
+from ..dgl.nn.graphconv import GraphConv
+
+__all__ = ["restricted_forward", "applies"]
+
+
+def _hooked(m: nn.Module) -> bool:
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                or getattr(m, "_backward_pre_hooks", None))  # fmt: skip
+
+
+def applies(stack, graph, feat, edge_weight=None) -> Optional[object]:
+    """The controller whose ``restrict`` config applies to ``stack`` (a GCN ``_Stack``) for
+    this call, or ``None`` (the plain forward runs)."""
+    if not (stack.training and torch.is_grad_enabled()) or edge_weight is not None:
+        return None
+    convs = list(stack.convs)
+    if not convs or not all(type(c) is GraphConv for c in convs):
+        return None
+    ctl = convs[0].rsc_controller()
+    if ctl is None or getattr(ctl.config, "restrict", "off") == "off":
+        return None
+    if any(c.rsc_controller() is not ctl or c._rsc_mode != "attached" for c in convs):
+        return None
+    if any(c.weight is None or c._activation is not None or c.rsc_int8() is not None
+           for c in convs):  # fmt: skip
+        return None
+    if not all(type(n) is nn.Identity for n in stack.norms):
+        return None
+    if not isinstance(feat, torch.Tensor) or getattr(graph, "is_block", False):
+        return None
+    if getattr(graph, "rsc_aggregate", None) is not None or not 0 <= stack.dropout.p < 1:
+        return None
+    mods = [stack, stack.dropout, stack.input_dropout, *convs, *stack.norms]
+    if any(_hooked(m) for m in mods) or _module._global_forward_hooks:
+        return None
+    if _module._global_forward_pre_hooks or _module._global_backward_hooks:
+        return None
+    return ctl
+
+
+def _scales(conv: GraphConv, graph, feat: torch.Tensor):
+    """``(col, row)`` of ``conv``'s normalization, as ``GraphConv.forward`` computes them."""
+    col = row = None
+    if conv._norm in ("left", "both"):
+        degs = graph.out_degrees().to(feat).clamp(min=1)
+        col = torch.pow(degs, -0.5) if conv._norm == "both" else 1.0 / degs
+    if conv._norm in ("right", "both"):
+        degs = graph.in_degrees().to(feat).clamp(min=1)
+        row = torch.pow(degs, -0.5) if conv._norm == "both" else 1.0 / degs
+    return col, row
+
+
+def _first(conv: GraphConv) -> bool:
+    """``conv`` multiplies by its weight before the aggregation (transform-first)."""
+    return conv._in_feats > conv._out_feats
+
+
+def _fused(conv: GraphConv, col, row) -> dict:
+    """The scales ``GraphConv.forward`` fuses into the product."""
+    if _first(conv):
+        return {"row_scale": row, "score_col_scale": col}
+    return {"row_scale": None, "col_scale": col}
+
+
+def restricted_forward(stack, graph, feat: torch.Tensor, ctl) -> torch.Tensor:
+    """``stack``'s forward (``feat (N, F)`` -> ``(N, C)``) with restricted segments; ``ctl``:
+    what :func:`applies` returned."""
+    convs = list(stack.convs)
+    if not all(c._allow_zero_in_degree for c in convs):
+        check_in_degrees(graph)
+    h = stack.input_dropout(feat)
+    scales = [_scales(c, graph, h) for c in convs]
+    conv, (col, row) = convs[0], scales[0]
+    x = torch.matmul(h if col is None else h * col.reshape(-1, 1), conv.weight) if _first(
+        conv) else h  # fmt: skip
+    mode = ctl.config.restrict
+    for i, conv in enumerate(convs):
+        col, row = scales[i]
+        approximated = x.requires_grad
+        z = conv._aggregate(graph, x, **_fused(conv, col, row))
+        last = i == len(convs) - 1
+        if last:
+            if not _first(conv):
+                z = torch.matmul(z, conv.weight)
+                z = z if row is None else z * row.reshape(-1, 1)
+            return z if conv.bias is None else z + conv.bias
+        plan = None
+        if approximated:
+            A = message_structure(graph, conv._structures())[0]
+            index = conv.rsc_slots()[0]
+            plan = RowPlan(ctl.layer(index), ctl.step_info(index), A, mode)
+        nxt = convs[i + 1]
+        spec = SegmentSpec(
+            None if _first(conv) else row,
+            scales[i + 1][0] if _first(nxt) else None,
+            float(stack.dropout.p),
+        )
+        x = RestrictedSegment.apply(
+            z,
+            None if _first(conv) else conv.weight,
+            conv.bias,
+            nxt.weight if _first(nxt) else None,
+            spec,
+            plan,
+        )
+    raise AssertionError("unreachable: the loop returns at the last layer")
