@@ -27,6 +27,7 @@ __all__ = [
     "torch_sparse_available",
     "require_torch_geometric",
     "sparse_tensor_class",
+    "is_sparse_tensor",
     "TORCH_VERSION",
 ]
 
@@ -41,13 +42,23 @@ def _torch_version() -> tuple[int, int]:
 TORCH_VERSION = _torch_version()
 
 
-@functools.cache
+_PROBED: dict[str, tuple] = {}
+
+
 def _probe(name: str) -> tuple[ModuleType | None, str]:
+    """``(module or None, why not)``, imported once. A plain dict rather than
+    ``functools.cache``, read before anything else: ``torch.compile`` traces a hit as one
+    lookup (no ``DGLBACKEND`` context, no cache wrapper)."""
+    hit = _PROBED.get(name)
+    if hit is not None:
+        return hit
     with _dgl_backend_for_import():
         try:
-            return importlib.import_module(name), ""
+            hit = importlib.import_module(name), ""
         except Exception as exc:  # any failure to import means "not available"
-            return None, f"{type(exc).__name__}: {exc}"
+            hit = None, f"{type(exc).__name__}: {exc}"
+    _PROBED[name] = hit
+    return hit
 
 
 @contextlib.contextmanager
@@ -204,3 +215,9 @@ def sparse_tensor_class():
     """``torch_sparse.SparseTensor``, or ``None`` when torch_sparse is not installed."""
     mod = _probe("torch_sparse")[0]
     return None if mod is None else mod.SparseTensor
+
+
+def is_sparse_tensor(obj) -> bool:
+    """``obj`` is a ``torch_sparse.SparseTensor`` (``False`` without torch_sparse)."""
+    cls = sparse_tensor_class()
+    return cls is not None and isinstance(obj, cls)
