@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from ..base import _deps
+from ..core.ops import compiling, keyed_csr
 from ..core.spmm import spmm_matrix
 from ..sparse.csr import CSR
 from ..sparse.graph import csr_by_destination
@@ -70,9 +71,14 @@ def edge_csr(
     def build():
         return csr_by_destination(source[j], source[i], num_src, num_dst)
 
-    full_key = ("pyg", id(edge_index), edge_index._version, int(num_src), int(num_dst), flow,
-                edge_index.device, key)  # fmt: skip
-    return cache.get_by_key(full_key, edge_index, build)
+    def cached():
+        full_key = ("pyg", id(edge_index), edge_index._version, int(num_src), int(num_dst),
+                    flow, edge_index.device, key)  # fmt: skip
+        return cache.get_by_key(full_key, edge_index, build)
+
+    # under torch.compile: a custom operator keyed on edge_index (a variant per key and flow)
+    tag = 2 * (0 if key is None else 1 + bool(key[-1])) + (flow == "source_to_target")
+    return keyed_csr(edge_index, source[j], source[i], num_src, num_dst, tag, cached)
 
 
 def _index_tensors(adj) -> tuple:
@@ -118,6 +124,8 @@ def sparse_csr(adj, cache: StructureCache, key_of=None) -> Optional[CSR]:
     every call and its structure depends on the source's only (``gcn_norm``'s self-loops):
     the structure is then cached under the source's index tensors and ``tag``, so that it
     (and RSC's sample of it) is reused across steps."""
+    if compiling():  # sparse inputs under torch.compile: PyG's own (exact) product
+        return None
     st = _deps.sparse_tensor_class()
     if st is not None and isinstance(adj, st):
         rowptr, col, value = adj.csr()

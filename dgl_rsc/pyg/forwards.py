@@ -20,8 +20,10 @@ from typing import Callable, Optional
 import torch
 
 from ..base import _deps
+from ..core.ops import compiling
 from ..sparse.structure_cache import StructureCache
 from .adjacency import aggregate, edge_csr, flow_indices, sparse_csr, takes_features
+from .compiled import gcn_matrix
 
 __all__ = [
     "Front",
@@ -94,6 +96,10 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     n = x.size(conv.node_dim)
+    if compiling() and conv.normalize and conv._cached_edge_index is None and edge_weight is None:
+        A = gcn_matrix(conv, edge_index, n, x.dtype, improved)  # no gcn_norm traced
+        if A is not None:
+            return None, None, lambda: A
     if not conv.normalize:
         built = (edge_index, None)
         norm_ei, norm_w = edge_index, edge_weight
@@ -126,7 +132,7 @@ def _normalized_sparse(conv, front: Front, x, adj, edge_weight):
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     cached = conv._cached_adj_t if _deps.is_sparse_tensor(adj) else conv._cached_edge_index
-    if not conv.normalize or cached is not None or edge_weight is not None:
+    if compiling() or not conv.normalize or cached is not None or edge_weight is not None:
         return None  # the same tensors every step: the structure cache sees them already
     norm = gcn_norm(adj, None, x.size(conv.node_dim), conv.improved, conv.add_self_loops,
                     conv.flow, x.dtype)  # fmt: skip

@@ -41,6 +41,7 @@ from ..core.config import RSCConfig
 from ..core.controller import RSCController
 from ..core.disabled import disabled_controller
 from ..core.ops import compiling
+from ..core.ops import handle as op_handle
 from .forwards import Front, fused_product, gcn2_forward, gcn_forward, sage_forward
 
 __all__ = ["patch", "is_patched", "patched_symbols", "COVERED"]
@@ -214,6 +215,7 @@ def patch(
         yield disabled_controller(config, **overrides)
         return
     rsc = RSCController.coerce(config, **overrides)
+    op_handle(rsc)  # known to the custom operators before torch.compile traces
     watch = _Watch(rsc, threading.get_ident())
     with _ACTIVATION:
         if is_patched():
