@@ -19,6 +19,7 @@ __all__ = [
     "numba_available",
     "numba_cuda_available",
     "int_mm_on_cpu",
+    "int_mm_fast_on_cpu",
     "require_dgl",
     "require_cupy",
     "require_numba",
@@ -127,6 +128,30 @@ def int_mm_on_cpu() -> bool:
         return int(torch._int_mm(a, a.t().contiguous())[0, 0]) == 8
     except Exception:  # not registered for the CPU backend, or absent
         return False
+
+
+def _cpu_flags() -> frozenset:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@functools.cache
+def int_mm_fast_on_cpu() -> bool:
+    """``True`` when ``torch._int_mm`` runs on CPU tensors *and* the CPU has int8 dot-product
+    instructions (AVX512-VNNI, AVX-VNNI or AMX). Without them torch's CPU kernel is a slow
+    path: on a 2-core AMD EPYC with AVX2 only (torch 2.15, 2026-11-28, one thread)
+    ``(30000, 128) @ (128, 64)`` took 755 ms in int8 against 12.7 ms in fp32, where an
+    AVX512-VNNI Xeon ran int8 1.9-6x faster than fp32."""
+    if not int_mm_on_cpu():
+        return False
+    return bool(_cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
 
 
 def _require(name: str, ok: bool, hint: str) -> ModuleType:
