@@ -96,7 +96,8 @@ def small_graph():
 
 
 # A test that needs DGL carries the `dgl` marker (``requires_dgl`` is the same marker); one that
-# needs torch_geometric the `pyg` marker, torch_sparse's SparseTensor the `torch_sparse` marker.
+# needs torch_geometric the `pyg` marker, torch_sparse's SparseTensor the `torch_sparse` marker,
+# torch.compile of dgl_rsc's custom operators (torch >= 2.4) the `compile` marker.
 # Where the dependency does not import, such tests are deselected (counted in pytest's summary),
 # never skipped-to-pass: the torch 2.2 environment (`make test`) runs the DGL tests, the torch
 # 2.15 one (`make test-modern`) the PyG and SparseTensor tests.
@@ -116,9 +117,22 @@ BLOCK_DGL = (
 )
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "compile: needs torch.compile of custom operators (torch >= 2.4; "
+        "deselected elsewhere, the modern leg runs them)"
+    )  # fmt: skip
+
+
+def _compiles() -> bool:
+    from dgl_rsc.core.ops import HAS_OPS
+
+    return HAS_OPS
+
+
 def pytest_collection_modifyitems(config, items):
     probes = (("dgl", _deps.dgl_available), ("pyg", _deps.torch_geometric_available),
-              ("torch_sparse", _deps.torch_sparse_available))  # fmt: skip
+              ("torch_sparse", _deps.torch_sparse_available), ("compile", _compiles))  # fmt: skip
     missing = [m for m, ok in probes if not ok()]
     drop = [item for item in items if any(item.get_closest_marker(m) for m in missing)]
     if drop:

@@ -3,8 +3,9 @@
 A warning raised deep in a product (a layer's forward, the DGL patch's wrapper, the
 controller) with a fixed ``stacklevel`` lands on a line inside a library; here the warning is
 attributed to the first frame of the call stack whose file lies outside the packages
-``dgl_rsc``, ``dgl`` and ``torch`` (and outside :mod:`contextlib`, which runs ``with``
-blocks): the user's model, training loop or ``with dgl_rsc.patch(...)`` line.
+``dgl_rsc``, ``dgl``, ``torch``, ``torch_geometric`` and ``torch_sparse`` (and outside
+:mod:`contextlib`, which runs ``with`` blocks): the user's model, training loop or ``with
+dgl_rsc.patch(...)`` line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _library_prefixes() -> tuple:
     dirs = [_OWN_DIR]
-    for name in ("torch", "dgl"):
+    for name in ("torch", "dgl", "torch_geometric", "torch_sparse"):
         path = getattr(sys.modules.get(name), "__file__", None)  # only if already imported
         if path:
             dirs.append(os.path.dirname(os.path.abspath(path)))

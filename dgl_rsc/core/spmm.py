@@ -1,7 +1,8 @@
 """The RSC sparse-dense product: exact forward, approximated backward for the dense operand.
 
 ``spmm_csr`` is the DGL-free entry point; ``spmm`` takes a ``dgl.sparse.SparseMatrix``.
-Both end in :class:`RSCSpMM`, the one ``torch.autograd.Function`` of the package.
+Both end in :class:`RSCSpMM`, the one ``torch.autograd.Function`` of the package, or, while
+``torch.compile`` traces, in the custom operator ``dgl_rsc::spmm`` (:mod:`dgl_rsc.core.ops`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from typing import Optional, Union
 
 import torch
 
-from ..sampling import apply_scale, draw_sample, propagate_nonfinite, sample_product
 from ..sparse.csr import CSR, check_shape
-from ..sparse.products import NO_SCALES, Scales, csr_mm, sddmm
+from ..sparse.products import Scales, csr_mm, sddmm
 from .backward import BackwardSampler, SamplerSource, feature_grad
+from .fixed import Sampler
+from .ops import SlotRef, compiled_spmm, compiling
 
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
 
@@ -58,40 +60,6 @@ class RSCSpMM(torch.autograd.Function):
         return dvalues, dX, None, None, None
 
 
-class Sampler:
-    """Stateless top rows at a fixed budget fraction (no cache, no schedule).
-
-    Used when ``rsc`` is a float: each backward scores, selects and slices afresh, with the
-    default scale of :class:`~dgl_rsc.RSCConfig` (``rescale="ls"``, probe rows drawn from a
-    generator seeded with ``seed``).
-    """
-
-    def __init__(self, budget: float, **options):
-        """``options``: the :class:`~dgl_rsc.RSCConfig` fields ``rule``, ``min_k``,
-        ``backend``, ``rescale``, ``diagonal``, ``probe_rows`` and ``seed``."""
-        from .config import RSCConfig
-
-        options.setdefault("min_k", 0)
-        options.setdefault("remainder_groups", 0)  # no cached sample: nothing to take turns
-        self.config = RSCConfig(budget=budget, **options)
-        self._gen = None
-
-    def backward_product(self, A: CSR, dY: torch.Tensor, scales: Scales = NO_SCALES):
-        """``(N, D)`` sampled ``A^T @ dY`` (with ``A``'s scales), drawn afresh."""
-        from ..backends import resolve
-
-        cfg = self.config
-        backend = resolve(cfg.backend, dY.device)
-        sample = draw_sample(A, dY, int(cfg.fraction * A.nnz), cfg.rule, cfg.min_k, backend,
-                             cfg.rescale, scales, cfg.diagonal)  # fmt: skip
-        out = sample_product(A, sample, dY, scales)
-        if self._gen is None or self._gen.device != dY.device:
-            self._gen = torch.Generator(device=dY.device).manual_seed(cfg.seed)
-        out = apply_scale(A, sample, dY, scales, out, cfg.rescale, cfg.probe_rows, self._gen,
-                          cfg.diagonal)  # fmt: skip
-        return propagate_nonfinite(A, dY, scales, out) if cfg.check_finite else out
-
-
 def check_dense(X, n_rows: int, device: torch.device, name: str = "X") -> None:
     """Raise a ``TypeError``/``ValueError`` naming ``name`` if ``X`` cannot be multiplied."""
     if not isinstance(X, torch.Tensor):
@@ -127,6 +95,8 @@ def _resolve_sampler(rsc: RSCArg, X: torch.Tensor):
         return rsc.next_layer()
     if isinstance(rsc, BackwardSampler):
         return rsc
+    if isinstance(rsc, SlotRef):
+        return rsc.ctl.slot(rsc.index)
     if isinstance(getattr(rsc, "index", None), int):  # a controller's LayerState
         raise TypeError(
             f"rsc is a {type(rsc).__name__}, which holds a product's state but not the step "
@@ -250,8 +220,11 @@ def spmm_matrix(
     )
     vec = X.dim() == 1
     X2 = X.unsqueeze(1) if vec else X
-    sampler = _resolve_sampler(rsc, X)
-    Y = RSCSpMM.apply(A.values, X2, A, sampler, scales)
+    if compiling():  # one custom operator node; the sampler is bound when it runs
+        trains = rsc is not None and torch.is_grad_enabled() and X.requires_grad
+        Y = compiled_spmm(A, X2, rsc if trains else None, scales)
+    else:
+        Y = RSCSpMM.apply(A.values, X2, A, _resolve_sampler(rsc, X), scales)
     return Y.squeeze(1) if vec else Y
 
 

@@ -57,6 +57,7 @@ import torch
 from ..base.user_warnings import warn_user
 from ..core.config import RSCConfig, warn_never_exact
 from ..core.controller import RSCController
+from ..core.disabled import disabled_controller
 from ..core.spmm import spmm_matrix
 from . import private as dgl_private
 from .interop import csr_from_graph_index, csr_from_sparse_matrix
@@ -311,12 +312,14 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
 
 @contextlib.contextmanager
 def patch(
-    config: Union[None, RSCConfig, RSCController] = None, **overrides
+    config: Union[None, RSCConfig, RSCController] = None, *, enabled: bool = True, **overrides
 ) -> Iterator[RSCController]:
     """Replace DGL's sparse products by RSC's for the duration of the block.
 
     Args:
         config: an :class:`RSCConfig`, an existing :class:`RSCController`, or ``None``.
+        enabled: ``False`` makes the block a no-op (DGL runs stock; the yielded controller's
+            ``step()`` does nothing, its ``stats()`` says ``enabled: False``).
         **overrides: :class:`RSCConfig` fields (``budget=0.1``, ``total_steps=...``).
 
     Yields:
@@ -331,6 +334,9 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     dgl_private.require()
+    if not enabled:
+        yield disabled_controller(config, **overrides)
+        return
     rsc = RSCController.coerce(config, **overrides)
     warn_never_exact(rsc.config, "dgl_rsc.patch()")
     symbols = patched_symbols()

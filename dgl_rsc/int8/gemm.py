@@ -3,12 +3,14 @@
 ``int_mm(qa, qb)`` is the integer part, ``(M, K) int8 @ (K, N) int8 -> (M, N) int32``, by
 engine (:data:`INT_MM`):
 
-* ``"int_mm"``: ``torch._int_mm`` (CUDA, and CPU where this torch has it: not 2.2; operands
-  padded to its shape rules with zeros);
-* ``"float64"``: the CPU engine where ``torch._int_mm`` has no CPU kernel: the codes as
-  float64 through BLAS. Every partial sum is an
-  integer of magnitude ``<= K * 127^2 < 2^53``, so each addition is exact whatever order BLAS
-  adds in, and the result equals the int32 accumulation bit for bit;
+* ``"int_mm"``: ``torch._int_mm`` (CUDA, and CPUs with int8 dot-product instructions where
+  this torch has a CPU kernel: not 2.2; operands padded to its shape rules with zeros);
+* ``"float64"``: the CPU engine elsewhere -- no CPU ``_int_mm`` (torch 2.2), or a CPU
+  without VNNI/AMX, where ``_int_mm`` is 30-60x slower than fp32
+  (:func:`dgl_rsc.base._deps.int_mm_fast_on_cpu`): the codes as float64 through BLAS.
+  Every partial sum is an integer of magnitude ``<= K * 127^2 < 2^53``, so each addition is
+  exact whatever order BLAS adds in, and the result equals the int32 accumulation bit for
+  bit;
 * ``"int64"``: ``torch.matmul`` on int64 codes, the slow reference.
 
 Every engine refuses ``K > MAX_K`` (an int32 sum of ``K`` products ``127 * 127`` could then
@@ -66,8 +68,8 @@ INT_MM = {"int_mm": _torch_int_mm, "float64": _float64, "int64": _int64}
 
 def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> torch.Tensor:
     """``(M, N)`` int32 ``qa (M, K) @ qb (K, N)`` (both int8). ``engine``: a key of
-    :data:`INT_MM`; ``None`` picks ``"int_mm"`` on CUDA and on CPUs where torch has it,
-    ``"float64"`` elsewhere."""
+    :data:`INT_MM`; ``None`` picks ``"int_mm"`` on CUDA and on CPUs where torch's kernel is
+    fast, ``"float64"`` elsewhere (both give the same integers)."""
     if qa.dtype != torch.int8 or qb.dtype != torch.int8:
         raise TypeError(f"int_mm takes int8 operands, got {qa.dtype} and {qb.dtype}.")
     if qa.dim() != 2 or qb.dim() != 2 or qa.shape[1] != qb.shape[0]:
@@ -79,7 +81,7 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
             "sum of int8 products can overflow; split the product or keep it in fp32."
         )
     if engine is None:
-        native = qa.device.type == "cuda" or _deps.int_mm_on_cpu()
+        native = qa.device.type == "cuda" or _deps.int_mm_fast_on_cpu()
         engine = "int_mm" if native else "float64"
     if engine not in INT_MM:
         raise ValueError(f"engine={engine!r} is not one of {', '.join(INT_MM)}.")

@@ -36,6 +36,11 @@ class RunState:
     amp: str
     scaler: Optional[torch.cuda.amp.GradScaler]
     batches: object = None  # the BatchSource of mini-batch training, or None
+    forward: Optional[Callable] = None  # the compiled model (train.compile), or None
+
+    def __call__(self, *args):
+        """The training forward: the compiled model where there is one, else the model."""
+        return (self.model if self.forward is None else self.forward)(*args)
 
     def autocast(self):
         """The forward's autocast context (``train.amp``; a no-op for ``"none"``)."""

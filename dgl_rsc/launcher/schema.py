@@ -38,6 +38,7 @@ from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
+from .train_checks import check_compile, check_precision
 
 __all__ = [
     "RunConfig",
@@ -105,6 +106,7 @@ class TrainConfig:
     precision: str = "fp32"
     int8_rounding: str = "stochastic"
     keep_freed_memory: bool = True
+    compile: bool = False
 
 
 TRAIN_RULES = {
@@ -127,6 +129,7 @@ TRAIN_RULES = {
     "precision": Rule(str, choices=PRECISIONS),
     "int8_rounding": Rule(str, choices=ROUNDINGS),
     "keep_freed_memory": Rule(bool),
+    "compile": Rule(bool),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -374,21 +377,7 @@ def resolve(raw: Any) -> RunConfig:
     if dist is not None and train.mode != "full":
         _fail("mini-batch training (train.mode: cluster or saint) is not distributed; use one "
               "or the other.")  # fmt: skip
-    _check_precision(train, dist)
+    check_precision(train, dist)
+    check_compile(train, dist)
     report = resolve_report(raw, check_value, Rule)
     return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb, report)
-
-
-def _check_precision(train: TrainConfig, dist) -> None:
-    """``train.precision: int8`` runs dgl_rsc's own layers on one device, without AMP."""
-    if train.precision != "int8":
-        return
-    if train.engine != "native":
-        _fail(f"train.precision=int8 needs train.engine: native (dgl_rsc layers); got "
-              f"train.engine={train.engine!r}.")  # fmt: skip
-    if train.amp != "none":
-        _fail(f"train.precision=int8 and train.amp={train.amp!r} both set the precision of the "
-              "products; keep one (train.amp: none).")  # fmt: skip
-    if dist is not None:
-        _fail("train.precision=int8 is not supported in distributed training; use "
-              "train.precision: fp32 with a distributed section.")  # fmt: skip

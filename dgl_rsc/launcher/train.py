@@ -49,6 +49,7 @@ from ..models.engines import get_engine
 from ..models.paper import build_model
 from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .ckpt_settle import move_aside, previous_path, settle_set
+from .compiled import compile_summary, compiled_forward
 from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
 from .prepare import (
     Prepared,
@@ -146,8 +147,9 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
 
         keep = cfg.rsc.subgraph_cache if cfg.rsc is not None else 64
         batches = BatchSource(cfg, prep, seed, keep=max(keep, 1), graph_kind=engine.graph)
+    forward = compiled_forward(model) if t.compile and method != "stock" else None
     return RunState(model, graph, _optimizer(cfg, model.parameters()), ctl, ctx, amp, scaler,
-                batches)  # fmt: skip
+                    batches, forward)  # fmt: skip
 
 
 def _train_step(run: RunState, prep: Prepared) -> dict:
@@ -156,7 +158,7 @@ def _train_step(run: RunState, prep: Prepared) -> dict:
     mask = prep.masks["train"]
 
     def forward_loss():
-        logits = run.model(run.graph, prep.feat)
+        logits = run(run.graph, prep.feat)
         return prep.reducer.loss(prep.data.task, logits[mask].float(), prep.label[mask])
 
     return run.train_step(forward_loss, prep.reducer, prep.device)
@@ -257,6 +259,7 @@ def train_one(
         "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,
         "distributed": dist_summary(prep), "allocator": prep.allocator,
         "peak_rss_mb": peak_rss_bytes() / 2**20,
+        "compile": None if run.forward is None else compile_summary(history, run.forward),
     }  # fmt: skip
 
 

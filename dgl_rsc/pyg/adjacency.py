@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 
 from ..base import _deps
+from ..core.ops import compiling, keyed_csr
 from ..core.spmm import spmm_matrix
 from ..sparse.csr import CSR
 from ..sparse.graph import csr_by_destination
@@ -70,36 +71,71 @@ def edge_csr(
     def build():
         return csr_by_destination(source[j], source[i], num_src, num_dst)
 
-    full_key = ("pyg", id(edge_index), edge_index._version, int(num_src), int(num_dst), flow,
-                edge_index.device, key)  # fmt: skip
-    return cache.get_by_key(full_key, edge_index, build)
+    def cached():
+        full_key = ("pyg", id(edge_index), edge_index._version, int(num_src), int(num_dst),
+                    flow, edge_index.device, key)  # fmt: skip
+        return cache.get_by_key(full_key, edge_index, build)
+
+    # under torch.compile: a custom operator keyed on edge_index (a variant per key and flow)
+    tag = 2 * (0 if key is None else 1 + bool(key[-1])) + (flow == "source_to_target")
+    return keyed_csr(edge_index, source[j], source[i], num_src, num_dst, tag, cached)
 
 
-def _torch_sparse_parts(adj: torch.Tensor, cache: StructureCache):
+def _index_tensors(adj) -> tuple:
+    """The index tensors that identify the structure of a sparse ``adj``."""
+    st = _deps.sparse_tensor_class()
+    if st is not None and isinstance(adj, st):
+        return adj.storage.rowptr(), adj.storage.col()
+    if adj.layout == torch.sparse_csr:
+        return adj.crow_indices(), adj.col_indices()
+    if adj.layout == torch.sparse_csc:
+        return adj.ccol_indices(), adj.row_indices()
+    return (adj._indices(),)
+
+
+def _key(tag, parts: tuple, shape, device) -> tuple:
+    # a COO's indices count a version per coalescing check (gcn_norm makes some): not in it
+    versions = [t._version for t in parts] if len(parts) > 1 else []
+    return (tag, *(t.data_ptr() for t in parts), *versions, tuple(shape), device)
+
+
+def _torch_sparse_parts(adj: torch.Tensor, cache: StructureCache, key_of=None):
     """``(A structure, values in A's order)`` of a 2-D ``torch.sparse`` ``adj``."""
     if adj.layout == torch.sparse_csr:
         crow, col = adj.crow_indices(), adj.col_indices()
-        key = ("pyg-csr", crow.data_ptr(), col.data_ptr(), crow._version, col._version,
-               tuple(adj.shape), adj.device)  # fmt: skip
-        A = cache.get_by_key(key, (crow, col), lambda: CSR(crow, col, None, tuple(adj.shape)))
-        return A, adj.values()
-    csr = adj.to_sparse_csr()  # COO (coalesced by the conversion) or CSC
-    return CSR(csr.crow_indices(), csr.col_indices(), None, tuple(adj.shape)), csr.values()
+        values = adj.values()
+    else:  # COO (coalesced by the conversion) or CSC
+        csr = adj.to_sparse_csr()
+        crow, col, values = csr.crow_indices(), csr.col_indices(), csr.values()
+    if key_of is None and adj.layout != torch.sparse_csr:
+        return CSR(crow, col, None, tuple(adj.shape)), values
+    parts = (crow, col) if key_of is None else _index_tensors(key_of[0])
+    key = _key(("pyg-csr",) if key_of is None else key_of[1], parts, adj.shape, adj.device)
+    A = cache.get_by_key(key, parts, lambda: CSR(crow, col, None, tuple(adj.shape)))
+    return _checked(A, crow, col, tuple(adj.shape)), values
 
 
-def sparse_csr(adj, cache: StructureCache) -> Optional[CSR]:
+def sparse_csr(adj, cache: StructureCache, key_of=None) -> Optional[CSR]:
     """``A (N_dst, N_src)`` with values (``None``: all ones) of a transposed adjacency
     ``adj_t``; ``None`` where the engine does not take it exactly (values that need a
-    gradient or are not one number per entry, batched or hybrid tensors): PyG then does."""
+    gradient or are not one number per entry, batched or hybrid tensors): PyG then does.
+
+    ``key_of``: ``(source adjacency, tag)`` when ``adj`` is derived from ``source`` afresh at
+    every call and its structure depends on the source's only (``gcn_norm``'s self-loops):
+    the structure is then cached under the source's index tensors and ``tag``, so that it
+    (and RSC's sample of it) is reused across steps."""
+    if compiling():  # sparse inputs under torch.compile: PyG's own (exact) product
+        return None
     st = _deps.sparse_tensor_class()
     if st is not None and isinstance(adj, st):
         rowptr, col, value = adj.csr()
         if value is not None and (value.requires_grad or value.dim() != 1):
             return None
         shape = (int(adj.size(0)), int(adj.size(1)))
-        key = ("pyg-st", rowptr.data_ptr(), col.data_ptr(), shape, rowptr.device)
-        A = cache.get_by_key(key, (rowptr, col), lambda: CSR(rowptr, col, None, shape))
-        return A.with_values(value)
+        parts = (rowptr, col) if key_of is None else _index_tensors(key_of[0])
+        key = _key(("pyg-st",) if key_of is None else key_of[1], parts, shape, rowptr.device)
+        A = cache.get_by_key(key, parts, lambda: CSR(rowptr, col, None, shape))
+        return _checked(A, rowptr, col, shape).with_values(value)
     if not isinstance(adj, torch.Tensor) or adj.layout not in (
         torch.sparse_coo,
         torch.sparse_csr,
@@ -108,10 +144,18 @@ def sparse_csr(adj, cache: StructureCache) -> Optional[CSR]:
         return None
     if adj.dim() != 2 or adj.dense_dim() != 0 or adj.requires_grad:
         return None
-    A, values = _torch_sparse_parts(adj, cache)
+    A, values = _torch_sparse_parts(adj, cache, key_of)
     if values.requires_grad or not values.is_floating_point():
         return None
     return A.with_values(values)
+
+
+def _checked(A: CSR, rowptr, col, shape) -> CSR:
+    """``A`` where it has the entries of ``(rowptr, col)`` (a cached structure always does;
+    a cheap guard against a key that outlived its meaning), else a fresh structure."""
+    if A.nnz == col.numel() and A.shape == shape:
+        return A
+    return CSR(rowptr, col, None, shape)
 
 
 def aggregate(A: CSR, x: torch.Tensor, rsc, mean: bool = False) -> torch.Tensor:

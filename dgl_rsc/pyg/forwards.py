@@ -19,8 +19,11 @@ from typing import Callable, Optional
 
 import torch
 
+from ..base import _deps
+from ..core.ops import compiling
 from ..sparse.structure_cache import StructureCache
 from .adjacency import aggregate, edge_csr, flow_indices, sparse_csr, takes_features
+from .compiled import gcn_matrix
 
 __all__ = [
     "Front",
@@ -93,6 +96,10 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
     n = x.size(conv.node_dim)
+    if compiling() and conv.normalize and conv._cached_edge_index is None and edge_weight is None:
+        A = gcn_matrix(conv, edge_index, n, x.dtype, improved)  # no gcn_norm traced
+        if A is not None:
+            return None, None, lambda: A
     if not conv.normalize:
         built = (edge_index, None)
         norm_ei, norm_w = edge_index, edge_weight
@@ -114,10 +121,44 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
     return norm_ei, norm_w, A_of
 
 
+def _normalized_sparse(conv, front: Front, x, adj, edge_weight):
+    """``A``: PyG's ``gcn_norm`` of a sparse ``adj_t`` (``SparseTensor`` or ``torch.sparse``)
+    with its structure cached under ``adj_t``'s, or ``None`` (PyG's forward runs).
+
+    ``gcn_norm`` builds a new adjacency at every call; keyed on its own index tensors, the
+    structure -- and RSC's sample of it -- would be new at every step (no cached sample, a
+    fresh selection per step: a lower visited fraction than the same graph's ``edge_index``,
+    and the selection's cost every step). PyG's ``cached=True`` keeps its first result."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    cached = conv._cached_adj_t if _deps.is_sparse_tensor(adj) else conv._cached_edge_index
+    if compiling() or not conv.normalize or cached is not None or edge_weight is not None:
+        return None  # the same tensors every step: the structure cache sees them already
+    norm = gcn_norm(adj, None, x.size(conv.node_dim), conv.improved, conv.add_self_loops,
+                    conv.flow, x.dtype)  # fmt: skip
+    norm = norm[0] if isinstance(norm, tuple) else norm
+    A = sparse_csr(norm, front.structures, (adj, ("gcn_norm", bool(conv.add_self_loops))))
+    if A is not None and conv.cached:  # as PyG's forward would have kept it
+        if _deps.is_sparse_tensor(adj):
+            conv._cached_adj_t = norm
+        else:
+            conv._cached_edge_index = (norm, None)
+    return A
+
+
 def gcn_forward(conv, front: Front, x, edge_index, edge_weight=None):
     """``GCNConv.forward`` on the RSC operator, or ``None`` (PyG's forward runs)."""
-    if isinstance(x, (tuple, list)) or not _is_edge_index(edge_index):
+    if isinstance(x, (tuple, list)):
         return None
+    if not _is_edge_index(edge_index):
+        if not takes_features(x) or passthrough_reason(conv, edge_index) is not None:
+            return None  # PyG's forward (its spmm is the patch's, where it takes the call)
+        A = _normalized_sparse(conv, front, x, edge_index, edge_weight)
+        if A is None or A.shape[1] != x.shape[0] or A.device != x.device:
+            return None
+        h = conv.lin(x)
+        out = aggregate(A, h, front.rsc(h, A))
+        return out if conv.bias is None else out + conv.bias
     why = passthrough_reason(conv, edge_index)
     if why is not None:
         front.passthrough(conv, why)

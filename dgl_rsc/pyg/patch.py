@@ -28,16 +28,20 @@ module hooks are removed. Blocks do not nest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
-import warnings
 from typing import Iterator, Union
 
 import torch
 
 from ..base import _deps
+from ..base.user_warnings import warn_user
 from ..core.config import RSCConfig
 from ..core.controller import RSCController
+from ..core.disabled import disabled_controller
+from ..core.ops import compiling
+from ..core.ops import handle as op_handle
 from .forwards import Front, fused_product, gcn2_forward, gcn_forward, sage_forward
 
 __all__ = ["patch", "is_patched", "patched_symbols", "COVERED"]
@@ -84,46 +88,69 @@ def is_patched() -> bool:
 
 
 class _Watch:
-    """The block's bookkeeping: products taken over, and the warnings already given."""
+    """The block's bookkeeping: products taken over, the message-passing modules running (so
+    that a product inside an evaluation forward takes no slot), and the warnings given."""
 
     def __init__(self, ctl: RSCController, owner: int):
         self.ctl, self.owner = ctl, owner
         self.taken = 0
-        self.starts: dict[int, int] = {}
+        self.running: list[tuple] = []  # (module id, training, products taken before it)
         self.warned: set = set()
 
     def owned(self) -> bool:
-        return threading.get_ident() == self.owner
+        """The calling thread opened the block (not asked while dynamo traces: compiled code
+        runs in the thread that calls it)."""
+        return compiling() or threading.get_ident() == self.owner
 
-    def rsc(self, x, A):
-        self.taken += 1
+    def rsc(self, x, A, module=None):
+        """The product's ``rsc`` argument: the controller, or ``None`` (exact, no slot) in a
+        module -- the one given, else the innermost message-passing module running -- that
+        is in evaluation mode."""
+        if module is None and self.running:
+            training = self.running[-1][1]
+        else:
+            training = True if module is None else module.training
+        if not training:
+            return None
+        if not compiling():  # a traced counter would be a guard that fails every step
+            self.taken += 1
         return self.ctl
 
     def warn(self, module, reason: str) -> None:
-        key = (type(module).__name__, reason)
-        if key not in self.warned and module.training and torch.is_grad_enabled():
-            self.warned.add(key)
-            warnings.warn(UNCOVERED_MESSAGE.format(name=key[0], reason=reason), stacklevel=4)
+        """A training forward of ``module`` ran PyG's exact message passing: counted in
+        ``stats()["not_approximated"]``, warned once per class and reason at the user's
+        line."""
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        name = type(module).__name__
+        self.ctl.note_not_approximated(f"{name}: {reason}")
+        if (name, reason) not in self.warned:
+            self.warned.add((name, reason))
+            warn_user(UNCOVERED_MESSAGE.format(name=name, reason=reason))
 
-    def front(self) -> Front:
-        return Front(self.rsc, self.ctl.structures, self.warn)
+    def front(self, module=None) -> Front:
+        return Front(functools.partial(self.rsc, module=module), self.ctl.structures,
+                     self.warn)  # fmt: skip
 
     # global module hooks: a MessagePassing forward that took no product is reported
     def before(self, module, args):
         if self._watched(module):
-            self.starts[id(module)] = self.taken
+            self.running.append((id(module), module.training, self.taken))
 
     def after(self, module, args, output):
-        start = self.starts.pop(id(module), None)
-        if start is not None and self.taken == start:
-            self.warn(module, "not covered by the patch")
+        if not self._watched(module):
+            return
+        while self.running:  # a forward that raised left its entry: drop it
+            key, training, start = self.running.pop()
+            if key == id(module):
+                if training and self.taken == start and not compiling():
+                    self.warn(module, "not covered by the patch")
+                return
 
     def _watched(self, module) -> bool:
         mp = sys.modules["torch_geometric.nn.conv"].MessagePassing
         return (
             isinstance(module, mp)
-            and module.training
-            and torch.is_grad_enabled()
             and self.owned()
             and not hasattr(module, "rsc_attach")  # a dgl_rsc.pyg drop-in reports itself
         )
@@ -140,7 +167,7 @@ def _forward_wrapper(stock_cls, rsc_forward, original, watch: _Watch):
     def forward(self, *args, **kwargs):
         out = None
         if watch.owned() and _takes_class(self, stock_cls):
-            out = rsc_forward(self, watch.front(), *args, **kwargs)
+            out = rsc_forward(self, watch.front(self), *args, **kwargs)
         return original(self, *args, **kwargs) if out is None else out
 
     forward.__doc__ = original.__doc__
@@ -160,12 +187,15 @@ def _spmm_wrapper(original, watch: _Watch):
 
 @contextlib.contextmanager
 def patch(
-    config: Union[None, RSCConfig, RSCController] = None, **overrides
+    config: Union[None, RSCConfig, RSCController] = None, *, enabled: bool = True, **overrides
 ) -> Iterator[RSCController]:
     """Run PyG's sparse aggregations on RSC's operator for the duration of the block.
 
     Args:
         config: an :class:`~dgl_rsc.RSCConfig`, an existing controller, or ``None``.
+        enabled: ``False`` makes the block a no-op (PyG runs stock; the yielded controller's
+            ``step()`` does nothing and its ``stats()`` says ``enabled: False``), so that
+            one loop compares stock and RSC.
         **overrides: :class:`~dgl_rsc.RSCConfig` fields (``budget=0.1``,
             ``total_steps=...``).
 
@@ -181,7 +211,11 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     _deps.require_torch_geometric()
+    if not enabled:
+        yield disabled_controller(config, **overrides)
+        return
     rsc = RSCController.coerce(config, **overrides)
+    op_handle(rsc)  # known to the custom operators before torch.compile traces
     watch = _Watch(rsc, threading.get_ident())
     with _ACTIVATION:
         if is_patched():

@@ -106,7 +106,11 @@ class Graph:
         self.src, self.dst = src.long(), dst.long()
         self._n = int(num_nodes)
         self.adj, self._eids = csr_by_destination(self.src, self.dst, self._n, self._n)
-        self._out_degrees: Optional[torch.Tensor] = None  # computed on first use, then kept
+        # computed here, not on first use: torch.compile then traces no data-dependent
+        # shape (bincount) and checks a constant (the zero in-degree flag)
+        self._out_degrees = torch.bincount(self.src, minlength=self._n)
+        #: a node has no in-edge
+        self.zero_in_degree = bool((self.adj.row_nnz() == 0).any())
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
@@ -137,8 +141,6 @@ class Graph:
 
     def out_degrees(self) -> torch.Tensor:
         """``(N,)`` int64 out-degree of each node (computed once; the graph is immutable)."""
-        if self._out_degrees is None:
-            self._out_degrees = torch.bincount(self.src, minlength=self._n)
         return self._out_degrees
 
     def add_self_loop(self) -> Graph:

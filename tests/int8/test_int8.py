@@ -152,7 +152,8 @@ def test_int_mm_engines_bit_exact_and_limit():
     assert got.dtype == torch.int32 and torch.equal(got, want)
     assert torch.equal(int_mm(a, b), want)  # the default engine of this torch
     if _deps.int_mm_on_cpu():  # torch >= 2.3-ish: the native kernel, padded to its shapes
-        assert torch.equal(int_mm(a[:5, :3000], b[:, :3]), want[:5, :3])
+        assert torch.equal(int_mm(a[:5, :3000], b[:, :3], "int_mm"), want[:5, :3])
+        assert torch.equal(int_mm(a, b, "int_mm"), want)
     assert int(got[0, 0]) == 3000 * 127 * 127
     with pytest.raises(ValueError, match="MAX_K"):
         int_mm(torch.zeros(1, MAX_K + 1, dtype=torch.int8),

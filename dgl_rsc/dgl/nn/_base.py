@@ -10,6 +10,8 @@ from torch import nn
 
 from ...base.user_warnings import warn_user
 from ...core.controller import RSCController
+from ...core.ops import handle as op_handle
+from ...core.ops import slot_ref
 from ...core.spmm import spmm_matrix
 from ...int8.gemm import int8_matmul
 from ...int8.spec import Int8State
@@ -47,7 +49,8 @@ UNATTACHED_MESSAGE = (
 def check_in_degrees(graph) -> None:
     """Raise :class:`~dgl_rsc.nn.RSCLayerError` (a ``dgl.DGLError`` with DGL) when a node has
     no in-edges."""
-    if bool((graph.in_degrees() == 0).any()):
+    zero = getattr(graph, "zero_in_degree", None)  # a dgl_rsc.Graph knows (torch.compile)
+    if zero if zero is not None else bool((graph.in_degrees() == 0).any()):
         raise layer_error(ZERO_IN_DEGREE_MESSAGE)
 
 
@@ -90,6 +93,7 @@ class RSCLayer(nn.Module):
         """Drive product ``j`` of this layer by slot ``index + j`` of ``controller``."""
         self.clear_cache()
         self._rsc_ctl, self._rsc_index, self._rsc_mode = controller, int(index), "attached"
+        op_handle(controller)  # known to the custom operators before torch.compile traces
 
     def rsc_exact(self) -> None:
         """Use the exact backward (no controller, no sampling, no warning)."""
@@ -212,7 +216,7 @@ class RSCLayer(nn.Module):
         if not (torch.is_grad_enabled() and feat.requires_grad) or A.nnz == 0:
             return None
         if self._rsc_mode == "attached":
-            return self._rsc_ctl.slot(self._rsc_index + slot)
+            return slot_ref(self._rsc_ctl, self._rsc_index + slot)  # bound when it runs
         if self._rsc_mode == "unattached" and not self._rsc_warned:
             self._rsc_warned = True
             warn_user(UNATTACHED_MESSAGE.format(name=type(self).__name__))
