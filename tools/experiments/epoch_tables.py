@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -51,8 +52,10 @@ def profile(d: dict) -> str:
     return "\n".join(out)
 
 
-def main(paths) -> int:
-    for path in paths:
+def main(argv) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="+", help="epoch_levers_*.json or epoch_profile_*.json")
+    for path in p.parse_args(argv).paths:
         with open(path) as f:
             d = json.load(f)
         print(f"**{path}**\n")
