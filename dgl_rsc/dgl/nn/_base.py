@@ -10,8 +10,8 @@ from torch import nn
 
 from ...base.user_warnings import warn_user
 from ...core.controller import RSCController
+from ...core.ops import compiling, slot_ref
 from ...core.ops import handle as op_handle
-from ...core.ops import slot_ref
 from ...core.spmm import spmm_matrix
 from ...int8.gemm import int8_matmul
 from ...int8.spec import Int8State
@@ -187,8 +187,10 @@ class RSCLayer(nn.Module):
     def _cached_input(self, graph, feat, edge_weight, build: Callable[[], torch.Tensor]):
         """``build()``'s ``(N_dst, D)`` aggregation of ``feat``, computed once and reused while
         ``feat``, the graph and ``edge_weight`` stay the same (:mod:`.input_cache`), or ``None``
-        where that cannot hold: then the layer computes its plain path."""
+        where that cannot hold: then the layer computes its plain path (also while traced by
+        torch.compile: the cache's state changes over the first steps and would recompile)."""
         if (not isinstance(feat, torch.Tensor) or feat.requires_grad or self._rsc_int8 is not None
+                or compiling()
                 or getattr(graph, "is_block", False)
                 or getattr(graph, "rsc_aggregate", None) is not None):  # fmt: skip
             return None
