@@ -66,14 +66,7 @@ def applies(stack, graph, feat, edge_weight=None) -> Optional[object]:
 
 def _scales(conv: GraphConv, graph, feat: torch.Tensor):
     """``(col, row)`` of ``conv``'s normalization, as ``GraphConv.forward`` computes them."""
-    col = row = None
-    if conv._norm in ("left", "both"):
-        degs = graph.out_degrees().to(feat).clamp(min=1)
-        col = torch.pow(degs, -0.5) if conv._norm == "both" else 1.0 / degs
-    if conv._norm in ("right", "both"):
-        degs = graph.in_degrees().to(feat).clamp(min=1)
-        row = torch.pow(degs, -0.5) if conv._norm == "both" else 1.0 / degs
-    return col, row
+    return conv.norm_scales(graph, feat, feat)
 
 
 def _first(conv: GraphConv) -> bool:

@@ -110,10 +110,9 @@ class GraphConv(RSCLayer):
     def set_allow_zero_in_degree(self, set_value):
         self._allow_zero_in_degree = set_value
 
-    def forward(self, graph, feat, weight=None, edge_weight=None):
-        if not self._allow_zero_in_degree:
-            check_in_degrees(graph)
-        feat_src, feat_dst = expand_as_pair(feat, graph)
+    def norm_scales(self, graph, feat_src, feat_dst):
+        """``(col (N_src,), row (N_dst,))`` of the layer's normalization (``None``: not
+        applied), in the features' dtype and device."""
         col = row = None
         if self._norm in ("left", "both"):
             degs = graph.out_degrees().to(feat_src).clamp(min=1)
@@ -121,6 +120,13 @@ class GraphConv(RSCLayer):
         if self._norm in ("right", "both"):
             degs = graph.in_degrees().to(feat_dst).clamp(min=1)
             row = torch.pow(degs, -0.5) if self._norm == "both" else 1.0 / degs
+        return col, row
+
+    def forward(self, graph, feat, weight=None, edge_weight=None):
+        if not self._allow_zero_in_degree:
+            check_in_degrees(graph)
+        feat_src, feat_dst = expand_as_pair(feat, graph)
+        col, row = self.norm_scales(graph, feat_src, feat_dst)
         if weight is not None:
             if self.weight is not None:
                 raise layer_error(
