@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from bench_common import machine, write_json
 from bench_cpu_e2e import categorize
 
+import dgl_rsc.core.ops as core_ops
 import dgl_rsc.core.spmm as core_spmm
 from dgl_rsc.base.memory import peak_rss_bytes
 from dgl_rsc.core.controller import RSCController
@@ -52,6 +53,7 @@ from dgl_rsc.dgl.nn.input_cache import InputAggregationCache
 from dgl_rsc.launcher.prepare import methods as config_methods
 from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.launcher.yaml_io import load_config
+from dgl_rsc.sparse.products import NO_SCALES
 
 SPLIT = ("sparse_forward", "sparse_backward_sampled", "sparse_backward_exact", "rsc_own",
          "dense", "elementwise", "optimizer", "other")  # fmt: skip
@@ -62,6 +64,7 @@ RANGES = {
     "rsc::exact_product": "sparse_backward_exact",
     "RSCSpMMBackward": "sparse_backward_exact", "GSpMMBackward": "sparse_backward_exact",
     "rsc::controller_step": "rsc_own",
+    "_BiasActDropout": "elementwise", "_BiasActDropoutBackward": "elementwise",
 }  # fmt: skip
 SELECTION = {"aten::sort", "aten::cumsum", "aten::nonzero", "aten::linalg_vector_norm",
              "aten::topk", "aten::argsort", "aten::searchsorted", "aten::bincount"}  # fmt: skip
@@ -80,7 +83,7 @@ def _label_products() -> None:
     controller's step ``rsc::controller_step`` in the profile (this tool's process only)."""
     orig_grad, orig_step = core_spmm.feature_grad, RSCController.step
 
-    def feature_grad(sampler, A, dY, scales=core_spmm.NO_SCALES):
+    def feature_grad(sampler, A, dY, scales=NO_SCALES):
         step = getattr(sampler, "step", None)
         sampled = step is not None and step.phase == "approx"
         name = "rsc::sampled_product" if sampled else "rsc::exact_product"
@@ -91,7 +94,8 @@ def _label_products() -> None:
         with torch.profiler.record_function("rsc::controller_step"):
             return orig_step(self, loss)
 
-    core_spmm.feature_grad = feature_grad
+    for module in (core_spmm, core_ops):  # each calls the name it imported
+        module.feature_grad = feature_grad
     RSCController.step = step
 
 
@@ -170,6 +174,11 @@ def main():
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # method, JSON to stdout
     p.add_argument("--out", required=False)
     args = p.parse_args()
+    if args.epochs < 5:
+        p.error(
+            f"--epochs {args.epochs}: at least 5 (two warm-up epochs, the profiled one "
+            "inside RSC's approximate phase, and timed ones around it)"
+        )
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     sets = [*args.sets, f"train.epochs={args.epochs}", f"train.eval_every={args.epochs}",

@@ -85,6 +85,8 @@ class TrainConfig:
     first call, Numba's start) fall in none of the timed runs; 0 turns it off.
     ``keep_freed_memory``: the run's process keeps freed large blocks for reuse
     (:func:`dgl_rsc.keep_freed_memory`, glibc only; reported as ``allocator``).
+    ``fused_epilogue``: GCN/SAGE hidden layers add bias, apply ReLU and dropout in one pass
+    each way (:mod:`dgl_rsc.models.fused`; dropout drawn by a hash, same distribution).
     """
 
     epochs: int = 200
@@ -107,6 +109,7 @@ class TrainConfig:
     int8_rounding: str = "stochastic"
     keep_freed_memory: bool = True
     compile: bool = False
+    fused_epilogue: bool = True
 
 
 TRAIN_RULES = {
@@ -130,6 +133,7 @@ TRAIN_RULES = {
     "int8_rounding": Rule(str, choices=ROUNDINGS),
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
+    "fused_epilogue": Rule(bool),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),

@@ -117,6 +117,8 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
     in_feats, classes = prep.feat.shape[1], int(prep.data.num_classes)
     model = build_model(cfg.model["name"], in_feats, classes, engine=engine.name, **params)
     model = model.to(prep.device)
+    if hasattr(model, "fused_epilogue"):  # GCN/SAGE: one-pass epilogue (models.fused)
+        model.fused_epilogue = t.fused_epilogue
     ctl, ctx = None, contextlib.nullcontext()
     if engine.approximates:
         rsc_cfg = cfg.rsc if method == "rsc" else RSCConfig(switch_at=0.0, total_steps=t.epochs)

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..base.names import did_you_mean
 from ..core.config import ConfigError, unknown_key_message
-from . import restricted
+from . import fused, restricted
 from .engines import conv_classes
 
 __all__ = ["GCN", "SAGE", "GCNII", "ResGCN", "MODELS", "build_model", "model_params"]
@@ -55,6 +55,9 @@ class _Stack(nn.Module):
     """Shared body of GCN and SAGE: ``layers`` convs with norm, ReLU and dropout between."""
 
     SELF_LOOPS = True
+    #: hidden layers' bias, ReLU and dropout in one pass each way, scalings in the product
+    #: (:mod:`dgl_rsc.models.fused`, where it applies); ``False``: op by op
+    fused_epilogue = True
 
     def __init__(self, dims, make_conv, dropout, input_dropout, batch_norm):
         super().__init__()
@@ -71,6 +74,8 @@ class _Stack(nn.Module):
         ctl = restricted.applies(self, graph, feat, edge_weight)  # RSCConfig.restrict
         if ctl is not None:
             return restricted.restricted_forward(self, graph, feat, ctl)
+        if fused.applies(self, graph, feat):
+            return fused.fused_forward(self, graph, feat, edge_weight)
         h = self.input_dropout(feat)
         for i, conv in enumerate(self.convs):
             h = conv(graph, h) if edge_weight is None else conv(graph, h, edge_weight=edge_weight)

@@ -47,6 +47,9 @@ def pair(model_cls=GCN, budget=0.2, mode="weights", **kw):
     res.load_state_dict(ref.state_dict())
     # the restricted forward aggregates every step, in DGL's order: so do both models
     rnn.cache_input_aggregation(ref, False), rnn.cache_input_aggregation(res, False)
+    ref.fused_epilogue = res.fused_epilogue = (
+        False  # the restricted forward draws dropout as torch does
+    )
     return ref, res, rnn.attach(ref, budget=budget, **BASE), rnn.attach(
         res, budget=budget, restrict=mode, **BASE)  # fmt: skip
 

@@ -103,7 +103,9 @@ def _losses(name, engine, rsc=True):
         "dataset": {"name": "synthetic", "num_nodes": 200, "avg_degree": 8.0, "num_classes": 3,
                     "feat_dim": 8, "seed": 2},
         "model": {"name": name, "hidden": 16, "layers": 2, "dropout": 0.5},
-        "train": {"epochs": 6, "lr": 0.02, "engine": engine, "device": "cpu"},
+        # op by op: the one-pass epilogue draws dropout by its hash, the stock layers by torch
+        "train": {"epochs": 6, "lr": 0.02, "engine": engine, "device": "cpu",
+                  "fused_epilogue": False},
         # no remainder groups: they are drawn from each product's generator, seeded by the
         # product's index, and the patch numbers products differently from the drop-ins
         # (min_width 0: these products are narrower than the default's 16)

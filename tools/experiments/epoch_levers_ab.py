@@ -6,9 +6,11 @@ stock ``dgl.nn`` model, no dgl_rsc); ``alloc`` ``kept`` (:func:`dgl_rsc.keep_fre
 set before each of the variant's epochs, or once when every variant has the same) or
 ``default`` (glibc's settings, restored likewise, which trims the heap);
 ``cache`` ``on`` or ``off`` (the drop-in layers' input aggregation reused,
-:func:`dgl_rsc.nn.cache_input_aggregation`). The variants take turns one epoch at a time, the
-order rotating each round, so that each round sees about the same machine load; per variant
-the median and mean epoch, minor page faults per epoch, and the ratio to the first variant.
+:func:`dgl_rsc.nn.cache_input_aggregation`); ``fused`` ``on`` or ``off`` (GCN/SAGE hidden
+layers' one-pass epilogue, :mod:`dgl_rsc.models.fused`). The variants take turns one epoch
+at a time, the order rotating each round, so that each round sees about the same machine
+load; per variant the median and mean epoch, minor page faults per epoch, and the ratio to
+the first variant.
 
 Toggling the allocator per epoch distorts it (restoring the default trims the heap, so the
 next kept epoch faults its pages in again): ``--alloc-blocks N`` times every variant under
@@ -40,12 +42,12 @@ from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
 
 CHOICES = {"method": ("exact", "rsc", "stock"), "alloc": ("kept", "default"),
-           "cache": ("on", "off")}  # fmt: skip
+           "cache": ("on", "off"), "fused": ("on", "off")}  # fmt: skip
 
 
 def parse(text: str) -> tuple:
     name, _, rest = text.partition(":")
-    opts = {"method": "exact", "alloc": "kept", "cache": "on"}
+    opts = {"method": "exact", "alloc": "kept", "cache": "on", "fused": "on"}
     for item in filter(None, rest.split(",")):
         k, _, v = item.partition("=")
         if k not in CHOICES or v not in CHOICES[k]:
@@ -57,7 +59,9 @@ def parse(text: str) -> tuple:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
-    p.add_argument("--variant", action="append", required=True, help="name:method=,alloc=,cache=")
+    p.add_argument(
+        "--variant", action="append", required=True, help="name:method=,alloc=,cache=,fused="
+    )
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--warmup", type=int, default=6, help="rounds not timed")
     p.add_argument("--alloc-blocks", type=int, default=0, help="time every variant with "
@@ -78,6 +82,8 @@ def main(argv=None) -> int:
         torch.manual_seed(0)
         runs[name] = run = _setup(cfg, prep, o["method"])
         cache_input_aggregation(run.model, enabled=o["cache"] == "on")
+        if hasattr(run.model, "fused_epilogue"):
+            run.model.fused_epilogue = o["fused"] == "on"
     names = list(runs)
     if args.alloc_blocks:  # every variant under both settings, block by block
         keys = [(n, a) for n in names for a in ("default", "kept")]

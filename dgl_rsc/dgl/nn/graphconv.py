@@ -159,6 +159,31 @@ class GraphConv(RSCLayer):
                 rst = rst * broadcast_to_rows(row, feat_dst)
         return self._finish(rst)
 
+    def pre_activation(self, graph, feat, edge_weight=None):
+        """``(x (N_dst, D_out), None, bias)``: the output before bias and activation, with
+        both normalization scales fused into the sparse product (``diag(r) A diag(c) X W``
+        instead of scaling ``X`` or ``X W`` in separate passes; equal to :meth:`forward`
+        up to floating-point reassociation). The model's one-pass epilogue
+        (:func:`dgl_rsc.sparse.epilogue.bias_act_dropout`) adds the bias."""
+        if not self._allow_zero_in_degree:
+            check_in_degrees(graph)
+        feat_src, feat_dst = expand_as_pair(feat, graph)
+        col, row = self.norm_scales(graph, feat_src, feat_dst)
+        weight = self.weight
+        scales = {"row_scale": row, "col_scale": col}
+        rst = self._cached_input(
+            graph,
+            feat,
+            edge_weight,
+            lambda: self._aggregate(graph, feat_src, edge_weight, **scales),
+        )
+        if rst is None and weight is not None and self._in_feats > self._out_feats:
+            rst = self._aggregate(graph, self._matmul(feat_src, weight), edge_weight, **scales)
+            weight = None  # applied
+        elif rst is None:
+            rst = self._aggregate(graph, feat_src, edge_weight, **scales)
+        return (rst if weight is None else self._matmul(rst, weight)), None, self.bias
+
     def _finish(self, rst):
         if self.bias is not None:
             rst = rst + self.bias

@@ -115,6 +115,22 @@ class SAGEConv(RSCLayer):
         self.clear_cache()
 
     def forward(self, graph, feat, edge_weight=None):
+        x, other, bias = self.pre_activation(graph, feat, edge_weight)
+        rst = x + other if other is not None else x
+        if bias is not None:
+            rst = rst + bias
+        if self.activation is not None:
+            rst = self.activation(rst)
+        if self.norm is not None:
+            rst = self.norm(rst)
+        return rst
+
+    def pre_activation(self, graph, feat, edge_weight=None):
+        """``(x, other, bias)`` whose sum ``(x + other) + bias`` (``None`` terms left out) is
+        the output before activation and norm, bit for bit: ``mean``: ``(fc_self(h_dst),
+        h_neigh, None)``; ``gcn``: ``(h_neigh, None, bias)``. All ``(N_dst, D_out)`` /
+        ``(D_out,)``. The model's one-pass epilogue
+        (:func:`dgl_rsc.sparse.epilogue.bias_act_dropout`) adds them."""
         if isinstance(feat, tuple):
             feat_src = self.feat_drop(feat[0])
             feat_dst = self.feat_drop(feat[1])
@@ -136,16 +152,8 @@ class SAGEConv(RSCLayer):
             if not lin_before_mp:
                 h_neigh = self.fc_neigh(h_neigh)
         if self._aggre_type == "gcn":
-            rst = h_neigh
-            if self.bias is not None:
-                rst = rst + self.bias
-        else:
-            rst = self.fc_self(feat_dst) + h_neigh
-        if self.activation is not None:
-            rst = self.activation(rst)
-        if self.norm is not None:
-            rst = self.norm(rst)
-        return rst
+            return h_neigh, None, self.bias
+        return self.fc_self(feat_dst), h_neigh, None
 
     def _neighbours(self, graph, feat, feat_src, feat_dst, edge_weight, lin_before_mp: bool):
         """The aggregated neighbourhood, before ``fc_neigh`` unless ``lin_before_mp``."""

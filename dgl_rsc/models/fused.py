@@ -1,0 +1,77 @@
+"""The GCN/SAGE stack's forward with each hidden layer's epilogue in one pass.
+
+A hidden layer of :class:`~dgl_rsc.models.paper.GCN` or :class:`~dgl_rsc.models.paper.SAGE`
+ends with bias, ReLU and dropout: op by op, five or more full passes over its ``(N, D)``
+output forward and four backward, plus the degree scaling of ``X`` or ``X W`` that a
+``GraphConv`` applies outside its product. Here each layer's scalings run inside the sparse
+product (:meth:`GraphConv.pre_activation <dgl_rsc.nn.GraphConv.pre_activation>`) and bias,
+ReLU and dropout in one pass each way (:func:`dgl_rsc.sparse.epilogue.bias_act_dropout`).
+Outputs and gradients equal the op-by-op forward up to floating-point reassociation, with
+dropout drawn by the epilogue's hash instead of ``torch.nn.Dropout`` (the same distribution).
+
+It runs only where it sees the whole layer: our ``GraphConv``/``SAGEConv`` without an
+activation inside, no batch norm, no hooks on the modules it bypasses, CPU float32 features
+with the Numba engine, not while torch.compile traces (compile fuses on its own). Elsewhere
+the op-by-op forward runs. ``model.fused_epilogue = False`` turns it off.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.modules import module as _module
+
+from ..core.ops import compiling
+from ..dgl.nn.graphconv import GraphConv
+from ..dgl.nn.sageconv import SAGEConv
+from ..sparse.epilogue import bias_act_dropout, engine_for
+
+__all__ = ["applies", "fused_forward"]
+
+
+def _hooked(m: nn.Module) -> bool:
+    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                or getattr(m, "_backward_pre_hooks", None))  # fmt: skip
+
+
+def _plain_conv(conv) -> bool:
+    if type(conv) is GraphConv:
+        return conv._activation is None
+    if type(conv) is SAGEConv:
+        return conv.activation is None and conv.norm is None
+    return False
+
+
+def applies(stack, graph, feat) -> bool:
+    """Whether :func:`fused_forward` computes ``stack``'s forward for this call."""
+    if not getattr(stack, "fused_epilogue", False) or compiling():
+        return False
+    if not isinstance(feat, torch.Tensor) or engine_for(feat) != "numba":
+        return False
+    if getattr(graph, "rsc_aggregate", None) is not None:  # distributed: its own path
+        return False
+    convs = list(stack.convs)
+    if not all(_plain_conv(c) for c in convs) or not all(type(n) is nn.Identity
+                                                        for n in stack.norms):  # fmt: skip
+        return False
+    if type(stack.dropout) is not nn.Dropout:
+        return False
+    mods = [stack.dropout, *convs, *stack.norms]
+    if any(_hooked(m) for m in mods):
+        return False
+    return not (_module._global_forward_hooks or _module._global_forward_pre_hooks
+                or _module._global_backward_hooks)  # fmt: skip
+
+
+def fused_forward(stack, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
+    """``stack``'s forward, ``feat (N, F)`` -> logits ``(N, C)`` (:func:`applies` held)."""
+    h = stack.input_dropout(feat)
+    p = float(stack.dropout.p)
+    last = len(stack.convs) - 1
+    for i, conv in enumerate(stack.convs):
+        x, other, bias = conv.pre_activation(graph, h, edge_weight)
+        if i == last:
+            h = x if other is None else x + other
+            return h if bias is None else h + bias
+        h = bias_act_dropout(x, other, bias, p=p, relu=True, training=stack.training)
+    raise AssertionError("unreachable: the loop returns at the last layer")

@@ -1,0 +1,33 @@
+"""``tools/profile_run.py`` as a user runs it: each method's epoch split into the categories,
+with RSC's sampled backward booked apart from the exact one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .launcher.test_launcher import write_config
+from .test_tools_tta import _tool
+
+
+def test_profile_run_splits_each_methods_epoch(tmp_path):
+    cfg = write_config(tmp_path, train={"epochs": 30, "eval_every": 5})
+    out = tmp_path / "profile.json"
+    printed = _tool("profile_run.py", cfg, "--epochs", "6", "--methods", "exact", "rsc",
+                    "--out", str(out))  # fmt: skip
+    data = json.loads(out.read_text())
+    exact, rsc = data["methods"]["exact"], data["methods"]["rsc"]
+    for row in (exact, rsc):
+        assert row["split_ms"]["sparse_forward"] > 0 and row["split_ms"]["dense"] > 0
+        assert row["epoch_ms"] > 0 and row["peak_rss_mb"] > 0
+        assert row["minor_faults_per_epoch"] >= 0
+    assert exact["split_ms"]["sparse_backward_sampled"] == 0
+    assert rsc["split_ms"]["sparse_backward_sampled"] > 0  # the profiled epoch is approximate
+    assert "speedup vs exact" in printed and data["machine"]["date"]
+
+
+def test_profile_run_refuses_too_few_epochs(tmp_path):
+    cfg = write_config(tmp_path)
+    with pytest.raises(AssertionError, match="at least 5"):  # non-zero exit, argparse's message
+        _tool("profile_run.py", cfg, "--epochs", "3", "--out", str(tmp_path / "p.json"))
