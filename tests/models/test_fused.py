@@ -177,3 +177,25 @@ def test_the_launcher_key_reaches_the_model():
     from dgl_rsc.launcher.schema import TRAIN_RULES, TrainConfig
 
     assert TrainConfig().fused_epilogue is True and "fused_epilogue" in TRAIN_RULES
+
+
+@pytest.mark.parametrize("x_grad,width", [(False, 12), (True, 10)])
+def test_the_order_follows_the_sparse_rows_each_costs(x_grad, width):
+    """12 -> 10: DGL transforms first; with an input that needs no gradient, aggregating first
+    reads 12-wide rows once against 10-wide rows forward and backward."""
+    conv = rnn.GraphConv(12, 10)
+    rnn.exact(conv)
+    rnn.cache_input_aggregation(conv, False)
+    widths = []
+    real = conv._aggregate
+    conv._aggregate = lambda g, feat, *a, **k: widths.append(feat.shape[1]) or real(
+        g, feat, *a, **k
+    )
+    g, x = _graph(), torch.randn(120, 12, requires_grad=x_grad)
+    x_ref = x.detach().clone().requires_grad_(x_grad)
+    out = conv.pre_activation(g, x)[0] + conv.bias
+    assert widths == [width]
+    ref = rnn.GraphConv(12, 10)
+    ref.load_state_dict(conv.state_dict())
+    rnn.exact(ref)
+    torch.testing.assert_close(out, ref(g, x_ref), rtol=1e-5, atol=1e-6)

@@ -7,8 +7,11 @@ table is :data:`TWINS`), keeping the parameters; :func:`attach` drives them by o
 and warns once. Where DGL's layer raises ``DGLError``, these raise :class:`RSCLayerError`,
 which ``except dgl.DGLError`` also catches when DGL is installed. A layer whose input needs
 no gradient aggregates it once per run (:func:`cache_input_aggregation` turns that off).
+``GraphConv.pre_activation`` / ``SAGEConv.pre_activation`` with :func:`bias_act_dropout` run
+a hidden layer's bias, ReLU and dropout in one pass each way.
 """
 
+from ...sparse.epilogue import bias_act_dropout
 from ._base import RSCLayer
 from .chebconv import ChebConv
 from .convert import TWINS, attach, convert, exact, rsc_layers, twin
@@ -27,6 +30,7 @@ __all__ = [
     "RSCLayerError",
     "SAGEConv",
     "attach",
+    "bias_act_dropout",
     "cache_input_aggregation",
     "convert",
     "exact",
