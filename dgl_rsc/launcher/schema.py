@@ -32,13 +32,14 @@ from typing import Any, Optional
 
 from ..base.names import did_you_mean
 from ..core.config import ConfigError, RSCConfig, unknown_key_message
+from ..data.reorder import NODE_ORDERS
 from ..int8.spec import PRECISIONS, ROUNDINGS
 from ..models.engines import ENGINES as _ENGINES
 from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
-from .train_checks import check_compile, check_precision
+from .train_checks import check_compile, check_node_order, check_precision
 
 __all__ = [
     "RunConfig",
@@ -85,6 +86,8 @@ class TrainConfig:
     first call, Numba's start) fall in none of the timed runs; 0 turns it off.
     ``keep_freed_memory``: the run's process keeps freed large blocks for reuse
     (:func:`dgl_rsc.keep_freed_memory`, glibc only; reported as ``allocator``).
+    ``node_order``: the node order the data are renumbered in once, at load
+    (:data:`dgl_rsc.data.reorder.NODE_ORDERS`); outputs stay in the dataset's order.
     """
 
     epochs: int = 200
@@ -107,6 +110,7 @@ class TrainConfig:
     int8_rounding: str = "stochastic"
     keep_freed_memory: bool = True
     compile: bool = False
+    node_order: str = "none"
 
 
 TRAIN_RULES = {
@@ -130,6 +134,7 @@ TRAIN_RULES = {
     "int8_rounding": Rule(str, choices=ROUNDINGS),
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
+    "node_order": Rule(str, choices=tuple(NODE_ORDERS)),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -379,5 +384,6 @@ def resolve(raw: Any) -> RunConfig:
               "or the other.")  # fmt: skip
     check_precision(train, dist)
     check_compile(train, dist)
+    check_node_order(train, dist)
     report = resolve_report(raw, check_value, Rule)
     return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb, report)
