@@ -24,11 +24,13 @@ from .metrics import evaluate
 from .npz import load_npz
 from .ogb import evaluate as ogb_evaluate
 from .ogb import load_ogb
+from .reorder import NODE_ORDERS, reorder, to_original
 from .synthetic import synthetic_graph
 
 __all__ = [
     "DATASETS",
     "METRICS",
+    "NODE_ORDERS",
     "TASKS",
     "GraphData",
     "clean_edges",
@@ -38,7 +40,9 @@ __all__ = [
     "load_npz",
     "load_ogb",
     "ogb_evaluate",
+    "reorder",
     "synthetic_graph",
+    "to_original",
 ]
 
 _LOADER_ARGS = ("root", "device")

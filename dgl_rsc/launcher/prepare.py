@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Optional
 
 import torch
@@ -52,7 +53,10 @@ def check_backend(cfg: RunConfig, device: torch.device) -> None:
 class Prepared:
     """The data of an experiment on its device: ``feat (N, F)``, ``label (N,)``/``(N, C)``;
     ``graphs`` by kind (``"native"``, ``"dgl"``), built on first use; ``fingerprint`` is the
-    data's sha256, ``source`` names where they came from."""
+    data's sha256, ``source`` names where they came from. ``node_perm (N,)``: the node order
+    (``train.node_order``) the data are in, ``node_perm[new] = old`` (``None``: the dataset's
+    own); :meth:`in_original_order` and :meth:`predict` give per-node results in the
+    dataset's order."""
 
     data: object
     edges: tuple
@@ -67,6 +71,20 @@ class Prepared:
     dist: object = None  # the DistContext of a distributed run
     partition: Optional[dict] = None  # its partition's quality and cache file
     allocator: str = "default"  # "kept": freed blocks kept for reuse (keep_freed_memory)
+    node_perm: Optional[torch.Tensor] = None
+
+    def in_original_order(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-node rows ``x (N, ...)`` of these data, in the dataset's node order."""
+        from ..data.reorder import to_original
+
+        return to_original(x, self.node_perm)
+
+    def predict(self, model, kind: str = "native") -> torch.Tensor:
+        """``model``'s outputs ``(N, C)`` on the graph of ``kind``, in eval mode and without
+        gradients, in the dataset's node order (the model is left in eval mode)."""
+        model.eval()
+        with torch.no_grad():
+            return self.in_original_order(model(self.graph(kind), self.feat))
 
     def graph(self, kind: str):
         """The message-passing graph of ``kind`` (self-loops added when the model wants them)."""
@@ -133,6 +151,7 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
         data = load_dataset(cfg.dataset["name"], root=cfg.dataset["root"], **params)
     except (FileNotFoundError, ImportError, ValueError) as exc:  # missing files, bad params
         raise ConfigError(f"dataset {cfg.dataset['name']!r} could not be loaded: {exc}") from None
+    data, perm, order_s = _reorder(data, cfg.train.node_order)  # none when distributed
     src, dst, n = data.src, data.dst, int(data.num_nodes)
     if cfg.minibatch is not None:  # budgets and cluster counts against this graph
         check_sizes(cfg.train.mode, cfg.minibatch, n, int(src.numel()),
@@ -151,6 +170,23 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
         prep.allocator = allocator
         return prep
     prep = Prepared(data, (src, dst, n), data.feat.to(device), data.label.to(device), masks,
-                    device, data.fingerprint(), name, allocator=allocator)  # fmt: skip
+                    device, data.fingerprint(), name, allocator=allocator,
+                    node_perm=perm)  # fmt: skip
+    _record_order(prep, cfg.train.node_order, order_s)
     prep.graph(get_engine(engine).graph)  # built now: a bad graph fails before training
     return prep
+
+
+def _reorder(data, method: str) -> tuple:
+    """``(data in node order method, perm or None, seconds)`` (``train.node_order``)."""
+    from ..data.reorder import reorder
+
+    start = time.perf_counter()
+    data, perm = reorder(data, method)
+    return data, perm, time.perf_counter() - start
+
+
+def _record_order(prep: Prepared, method: str, seconds: float) -> None:
+    """The node order's seconds among the shared setup phases (``environment.setup_s``)."""
+    if method != "none":
+        prep.__dict__.setdefault("setup_s", {})[f"node_order_{method}"] = seconds

@@ -32,13 +32,14 @@ from typing import Any, Optional
 
 from ..base.names import did_you_mean
 from ..core.config import ConfigError, RSCConfig, unknown_key_message
+from ..data.reorder import NODE_ORDERS
 from ..int8.spec import PRECISIONS, ROUNDINGS
 from ..models.engines import ENGINES as _ENGINES
 from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
-from .train_checks import check_compile, check_precision
+from .train_checks import check_compile, check_node_order, check_precision
 
 __all__ = [
     "RunConfig",
@@ -87,6 +88,8 @@ class TrainConfig:
     (:func:`dgl_rsc.keep_freed_memory`, glibc only; reported as ``allocator``).
     ``fused_epilogue``: GCN/SAGE hidden layers add bias, apply ReLU and dropout in one pass
     each way (:mod:`dgl_rsc.models.fused`; dropout drawn by a hash, same distribution).
+    ``node_order``: the node order the data are renumbered in once, at load
+    (:data:`dgl_rsc.data.reorder.NODE_ORDERS`); outputs stay in the dataset's order.
     """
 
     epochs: int = 200
@@ -110,6 +113,7 @@ class TrainConfig:
     keep_freed_memory: bool = True
     compile: bool = False
     fused_epilogue: bool = True
+    node_order: str = "none"
 
 
 TRAIN_RULES = {
@@ -134,6 +138,7 @@ TRAIN_RULES = {
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
     "fused_epilogue": Rule(bool),
+    "node_order": Rule(str, choices=tuple(NODE_ORDERS)),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -383,5 +388,6 @@ def resolve(raw: Any) -> RunConfig:
               "or the other.")  # fmt: skip
     check_precision(train, dist)
     check_compile(train, dist)
+    check_node_order(train, dist)
     report = resolve_report(raw, check_value, Rule)
     return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb, report)

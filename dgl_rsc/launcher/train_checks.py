@@ -1,12 +1,12 @@
-"""Checks of ``train`` options that depend on other sections: ``precision: int8`` and
-``compile``; each error says what to change."""
+"""Checks of ``train`` options that depend on other sections: ``precision: int8``,
+``compile`` and ``node_order``; each error says what to change."""
 
 from __future__ import annotations
 
 from ..base import _deps
 from ..core.config import ConfigError
 
-__all__ = ["check_precision", "check_compile"]
+__all__ = ["check_precision", "check_compile", "check_node_order"]
 
 
 def _fail(msg: str):
@@ -48,3 +48,11 @@ def check_compile(train, dist) -> None:
         _fail("train.compile=true compiles full-graph training on one device; a mini-batch "
               "(train.mode) or distributed run recompiles per graph: set train.compile: "
               "false.")  # fmt: skip
+
+
+def check_node_order(train, dist) -> None:
+    """``train.node_order`` renumbers the nodes of a single-process run."""
+    if train.node_order != "none" and dist is not None:
+        _fail(f"train.node_order={train.node_order!r} renumbers the graph of a single-process "
+              "run; a distributed run's partitioner (distributed.method) already groups each "
+              "rank's nodes: set train.node_order: none.")  # fmt: skip
