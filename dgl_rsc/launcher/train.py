@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..backends.compile_watch import CompileWatch
 from ..base import _deps
 from ..base.memory import peak_rss_bytes
 from ..core.config import RSCConfig
@@ -325,25 +326,35 @@ def run_experiment(
         if not finished and os.path.exists(ckpt):  # loaded again on its turn
             state = read_checkpoint(ckpt, prep, name, map_location="cpu")
         verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway, finished)
-    warm_up(cfg, prep, [p for p in plan if p not in done])
-    records = []
-    for seed, method in plan:
-        if (seed, method) not in done:
-            record, ckpt = paths[seed, method]
-            if main:  # the manifest and the records are rank 0's; checkpoints every rank's
-                ranks = [ckpt] if dist is None else [
-                    ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
-                ]  # fmt: skip
-                ckpts = ranks if dist is None else [
-                    p for c in ranks for p in (c, previous_path(c))
-                ]  # fmt: skip
-                claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
-            if dist is not None:
-                dist.barrier(f"starting {method}-seed{seed}")
-            rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end,
-                            identity=ident)  # fmt: skip
-            if main:
-                atomic_write_text(record, strict_json(rec))
-            done[seed, method] = rec
-        records.append(done[seed, method])
+    with CompileWatch(_say if progress and main else None) as watch:  # first run only
+        warm_up(cfg, prep, [p for p in plan if p not in done])
+        watch.flush()
+        records = []
+        for seed, method in plan:
+            if (seed, method) not in done:
+                record, ckpt = paths[seed, method]
+                if main:  # the manifest and the records are rank 0's; checkpoints every rank's
+                    ranks = [ckpt] if dist is None else [
+                        ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
+                    ]  # fmt: skip
+                    ckpts = ranks if dist is None else [
+                        p for c in ranks for p in (c, previous_path(c))
+                    ]  # fmt: skip
+                    claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
+                if dist is not None:
+                    dist.barrier(f"starting {method}-seed{seed}")
+                rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end,
+                                identity=ident)  # fmt: skip
+                watch.flush()
+                if main:
+                    atomic_write_text(record, strict_json(rec))
+                done[seed, method] = rec
+            records.append(done[seed, method])
+    prep.setup_s["kernel_compile"] = watch.total
     return records
+
+
+def _say(text: str) -> None:
+    """A setup line on stderr (kernel compiles)."""
+    sys.stderr.write(f"setup: {text}\n")
+    sys.stderr.flush()

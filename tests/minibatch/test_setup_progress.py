@@ -54,11 +54,12 @@ def test_the_methods_of_a_run_share_one_presampling_and_train_as_before(one_thre
     monkeypatch.setattr(saint_loader, "estimate_saint_norms", counted)
     prep = prepare(cfg)
     exact = train_one(cfg, prep, "exact", seed=0, progress=False)
+    exact_loader = prep.loaders[0]
     rsc = train_one(cfg, prep, "rsc", seed=0, progress=False)
     assert len(calls) == 1  # once for both methods of seed 0
-    assert (
-        set(prep.setup_s) == {"saint_presample_seed0"} and prep.setup_s["saint_presample_seed0"] > 0
-    )
+    assert set(prep.setup_s) == {"dataset", "graph", "saint_presample_seed0"}
+    assert prep.setup_s["saint_presample_seed0"] > 0
+    assert exact_loader is prep.loaders[0] and len(prep.loaders) == 1  # one loader per seed
     alone = train_one(cfg, prepare(cfg), "rsc", seed=0, progress=False)  # its own estimate
     assert len(calls) == 2
     assert [h["loss"] for h in rsc["history"]] == [h["loss"] for h in alone["history"]]
