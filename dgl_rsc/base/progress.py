@@ -88,6 +88,8 @@ class Phase:
                 if now - self.start >= self.show_after:
                     self._show_locked()
                 return
+            if self._bar is None and self._total and _terminal(self.stream):
+                self._open_bar()  # shown before its total was known
             if self._bar is not None:
                 self._bar.update(done - self._bar.n)
             elif self._total and now - self._last_line >= LINE_EVERY:
@@ -118,15 +120,17 @@ class Phase:
             return
         self.shown, self._last_line = True, clock()
         if self._total and _terminal(self.stream):
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=self._total, initial=self._done, desc=self.desc,
-                             file=self.stream, leave=False, dynamic_ncols=True,
-                             mininterval=0.5)  # fmt: skip
+            self._open_bar()
         elif self._total:
             self._line(f"{self.desc}: {self._percent()} ...")
         else:
             self._line(f"{self.desc} ...")
+
+    def _open_bar(self) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=self._total, initial=self._done, desc=self.desc, file=self.stream,
+                         leave=False, dynamic_ncols=True, mininterval=0.5)  # fmt: skip
 
     def _percent(self) -> str:
         return f"{100 * self._done / max(self._total or 1, 1):.0f}%"

@@ -160,7 +160,7 @@ def _run_parent(args, prog: str) -> int:
     given = load_config(args.config, [*args.sets, *_sets(args, nproc=False)])
     check_nproc(args.nproc, given.distributed and given.distributed.partitions)
     cfg = load_config(args.config, _sets(args))
-    check_distributed(cfg, args.nproc)
+    check_distributed(cfg, args.nproc, progress=not args.no_progress)
     out = output_dir(args, cfg)
     with OutputLock(out):
         out = output_dir(args, cfg)  # again under the lock: another run may have finished

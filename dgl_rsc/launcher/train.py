@@ -302,7 +302,10 @@ def run_experiment(
     """Every (seed, method) run, interleaved by seed; finished runs are read back from
     ``out_dir/runs/`` and unfinished ones resume from ``out_dir/checkpoints/``. All of
     those files are checked before the first epoch trains. Each file is listed in the
-    directory's manifest before it is written; records are strict JSON."""
+    directory's manifest before it is written; records are strict JSON. The seconds spent
+    compiling kernels meanwhile (Numba, CuPy: a machine's first run) go to
+    ``prep.setup_s["kernel_compile"]``; with ``progress`` they are announced on stderr once
+    they pass a second."""
     plan = [(seed, method) for seed in cfg.train.seeds for method in methods(cfg)]
     dist = prep.dist
     main = dist is None or dist.is_main

@@ -46,6 +46,22 @@ def test_a_phase_past_its_threshold_shows_its_progress_and_its_seconds(slow_cloc
     assert lines[-1] == f"setup: thing: done in {times['thing']:.1f} s" and times["thing"] > 2
 
 
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_in_a_terminal_the_phase_is_a_bar_then_one_line(slow_clock, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    out = Terminal()
+    with Phase("setup: thing", show_after=2, stream=out) as phase:
+        for done in (1, 2, 3, 4):
+            phase.update(done, 4)
+    text = out.getvalue()
+    assert "setup: thing:" in text and "%|" in text  # tqdm's bar, redrawn in place
+    assert text.endswith(f"setup: thing: done in {phase.seconds:.1f} s\n")
+
+
 def test_a_short_or_quiet_phase_prints_nothing_but_is_timed(slow_clock):
     out, times = io.StringIO(), {}
     with Phase("setup: short", times, "short", show_after=100, stream=out) as phase:
