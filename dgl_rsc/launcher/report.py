@@ -268,7 +268,7 @@ def _tta_note(summary: dict) -> str:
 
 #: how the report names a setup phase (a key of ``environment.setup_s``; ``_seedN`` apart)
 SETUP_NAMES = {"saint_presample": "GraphSAINT weights", "cluster_partition": "METIS clusters",
-               "kernel_compile": "kernel compiles"}  # fmt: skip
+               "warm_up": "warm-up", "kernel_compile": "kernel compiles"}  # fmt: skip
 
 
 def format_setup(setup_s: dict) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -41,6 +42,7 @@ from tqdm import tqdm
 from ..backends.compile_watch import CompileWatch
 from ..base import _deps
 from ..base.memory import peak_rss_bytes
+from ..base.progress import Phase
 from ..core.config import RSCConfig
 from ..core.controller import RSCController
 from ..dgl.nn import attach
@@ -281,14 +283,23 @@ def warm_up(cfg: RunConfig, prep: Prepared, todo: list) -> None:
     ``train.warmup_epochs`` untimed epochs, writing nothing, when there are two methods or
     more: the first run of a process pays one-off costs (DGL's first call, about 0.7 s on the
     2-core machine; Numba's start, about 0.3 s) that the others do not, which would tilt their
-    comparison. Every rank of a distributed run warms up alike."""
+    comparison. Every rank of a distributed run warms up alike. A setup phase
+    (``prep.setup_s["warm_up"]``, shown on stderr past a few seconds)."""
     names = list(dict.fromkeys(m for _, m in todo))
     n = min(cfg.train.warmup_epochs, cfg.train.epochs)
     if n <= 0 or len(names) < 2:
         return
     short = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=n))
-    for method in names:
-        train_one(short, prep, method, todo[0][0], progress=False)
+    if cfg.train.mode != "full":  # the seed's loader (GraphSAINT's weights) is a phase apart
+        from .minibatch_run import BatchSource
+
+        BatchSource(cfg, prep, todo[0][0])
+    done = itertools.count(1)
+    desc = f"setup: warm-up, {n} untimed epoch(s) per method"
+    with Phase(desc, prep.setup_s, "warm_up", enabled=prep.progress) as phase:
+        tick = lambda *_: phase.update(next(done), n * len(names))  # noqa: E731
+        for method in names:
+            train_one(short, prep, method, todo[0][0], progress=False, on_epoch_end=tick)
 
 
 def run_experiment(
