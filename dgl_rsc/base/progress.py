@@ -92,7 +92,7 @@ class Phase:
                 self._open_bar()  # shown before its total was known
             if self._bar is not None:
                 self._bar.update(done - self._bar.n)
-            elif self._total and now - self._last_line >= LINE_EVERY:
+            elif self._total and done < self._total and now - self._last_line >= LINE_EVERY:
                 self._line(f"{self.desc}: {self._percent()} ({now - self.start:.0f} s)")
                 self._last_line = now
 
