@@ -364,7 +364,7 @@ def run_experiment(
                     atomic_write_text(record, strict_json(rec))
                 done[seed, method] = rec
             records.append(done[seed, method])
-    prep.setup_s["kernel_compile"] = watch.total
+    prep.setup_s["kernel_compile"] = float(watch.total)
     return records
 
 
