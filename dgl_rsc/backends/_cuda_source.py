@@ -8,7 +8,7 @@ the sources are read from ``<repo>/cuda`` instead.
 :func:`cupy_module` and :func:`launch` are the one CuPy loader of every kernel family (the
 sampling kernels, the INT8 product, the message codec): each source is compiled once per
 device, and kernels run on torch's current stream. CuPy is imported only when a kernel is
-compiled.
+compiled; the compile's seconds go to an entered :class:`~.compile_watch.CompileWatch`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..base import _deps
+from .compile_watch import compiling
 
 __all__ = ["source_dir", "cu_files", "read_source", "cupy_module", "launch"]
 
@@ -70,9 +71,11 @@ def cupy_module(source: str, options: tuple, names: tuple, device_index: int):
     """``cupy.RawModule`` of the kernel source ``source`` with the compile ``options`` and the
     template instantiations ``names``, compiled once per device."""
     cp = _deps.require_cupy()
-    with cp.cuda.Device(device_index):
-        return cp.RawModule(code=read_source(source), options=tuple(options),
-                            name_expressions=list(names))  # fmt: skip
+    with cp.cuda.Device(device_index), compiling("CUDA"):  # seconds to a launcher's watch
+        module = cp.RawModule(code=read_source(source), options=tuple(options),
+                              name_expressions=list(names))  # fmt: skip
+        module.compile()  # now rather than at the first get_function (CuPy caches it on disk)
+    return module
 
 
 @functools.lru_cache(maxsize=64)

@@ -45,7 +45,7 @@ __all__ = [
     "to_original",
 ]
 
-_LOADER_ARGS = ("root", "device")
+_LOADER_ARGS = ("root", "device", "progress")
 
 DATASETS: dict[str, Callable[..., GraphData]] = {
     "synthetic": synthetic_graph,
@@ -59,7 +59,8 @@ DATASETS: dict[str, Callable[..., GraphData]] = {
 }
 
 
-def load_dataset(name: str, root: Optional[str] = None, device="cpu", **params) -> GraphData:
+def load_dataset(name: str, root: Optional[str] = None, device="cpu", progress=None,
+                 **params) -> GraphData:  # fmt: skip
     """Load dataset ``name`` from :data:`DATASETS`.
 
     Args:
@@ -67,6 +68,8 @@ def load_dataset(name: str, root: Optional[str] = None, device="cpu", **params) 
         root: where the dataset's files are (ignored by ``synthetic``; for ``npz`` the folder
             of a relative ``path``).
         device: where the returned tensors live (``synthetic`` is built there).
+        progress: ``progress(done, total)``, called by the loaders that report their
+            progress (``synthetic``); ``None``: silent.
         **params: the loader's own parameters, e.g. ``num_nodes`` for ``synthetic`` or
             ``path`` and ``split`` for ``npz``.
 
@@ -90,4 +93,6 @@ def load_dataset(name: str, root: Optional[str] = None, device="cpu", **params) 
             )
     if "root" in accepted:
         params["root"] = root
+    if progress is not None and "progress" in accepted:
+        params["progress"] = progress
     return loader(device=device, **params)

@@ -160,7 +160,7 @@ def _run_parent(args, prog: str) -> int:
     given = load_config(args.config, [*args.sets, *_sets(args, nproc=False)])
     check_nproc(args.nproc, given.distributed and given.distributed.partitions)
     cfg = load_config(args.config, _sets(args))
-    check_distributed(cfg, args.nproc)
+    check_distributed(cfg, args.nproc, progress=not args.no_progress)
     out = output_dir(args, cfg)
     with OutputLock(out):
         out = output_dir(args, cfg)  # again under the lock: another run may have finished
@@ -190,7 +190,9 @@ def _run_config(args, cfg, prog, on_epoch_end) -> int:
     if main:
         print(f"# dgl-rsc: resolved config of {args.config}\n{text}", flush=True)
     start = time.perf_counter()
-    prep = prepare(cfg, out)  # device, backend, data: may still reject; nothing written yet
+    # device, backend, data: may still reject; nothing written yet. Setup phases that run past
+    # a few seconds show their progress on stderr (rank 0's; none with --no-progress)
+    prep = prepare(cfg, out, progress=main and not args.no_progress)
     lock = None
     if main and not held_for_me(out):  # one writer per directory (a --nproc parent holds it)
         lock = OutputLock(out)
@@ -211,7 +213,7 @@ def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
         remove_owned,
         remove_stale_temps,
     )
-    from .report import environment, format_table, write_report
+    from .report import environment, format_setup, format_table, write_report
     from .runid import start_run_id
     from .train import run_experiment
 
@@ -248,10 +250,11 @@ def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
     if not main:
         return 0
     env = environment(prep.device)
-    env["setup_s"] = dict(prep.__dict__.get("setup_s", {}))  # setup phases the runs shared
+    env["setup_s"] = dict(prep.setup_s)  # seconds of each setup phase, shared by the runs
     summary = write_report(out, cfg.to_dict(), records, env, prep.data.metric)
     print()
     print(format_table(summary, prep.data.metric))
+    print(f"\n{format_setup(env['setup_s'])}")
     print(f"\nwall time {time.perf_counter() - start:.1f} s on {env['device_name']}; "
           f"results in {out}/ (results.json, metrics.csv, summary.png)")  # fmt: skip
     return 0

@@ -13,16 +13,16 @@ on the full graph's normalized adjacency. The convolutions normalize by the degr
 graph they are given (the subgraph's), so the edge weight passed to them also undoes that:
 ``sqrt(d_out_sub(u) d_in_sub(v) / (d_out(u) d_in(v)))`` for GCN-type layers and
 ``d_in_sub(v) / d_in(v)`` for mean aggregation. Evaluation stays full-graph. The weights are
-estimated from pre-sampled batches once per seed and shared by the methods of the run
-(``prep.saint_norms``); the pre-sampling shows a progress bar and its seconds go to
+estimated from pre-sampled batches once per seed. The loader of a seed (with those weights,
+its edges grouped by source, its clusters) is built once and shared by the methods of the run
+(``prep.loaders``), METIS's clusters once per experiment (``prep.mb_partition``); each is a
+setup phase, shown on stderr when it runs past a few seconds, its seconds in
 ``prep.setup_s`` (``results.json``: ``environment.setup_s``).
 """
 
 from __future__ import annotations
 
 import math
-import os
-import sys
 import time
 from collections import OrderedDict
 from typing import Optional
@@ -30,6 +30,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ..base.progress import Phase
 from ..core.config import ConfigError
 from ..models.engines import get_engine
 
@@ -63,22 +64,11 @@ class BatchSource:
     """
 
     def __init__(self, cfg, prep, seed: int, keep: int = 64, graph_kind: Optional[str] = None):
-        from ..minibatch.samplers import ClusterLoader, SaintLoader
-
         mb, t = cfg.minibatch, cfg.train
         loader_kind = get_engine(t.engine).graph
         self.mode, self.kind = t.mode, graph_kind or loader_kind
         engine = "native" if loader_kind == "native" else "dgl"
-        src, dst, n = prep.edges
-        if t.mode == "cluster":
-            part = getattr(prep, "mb_partition", None)
-            self.loader = ClusterLoader(
-                src, dst, n, mb.num_parts, mb.batch_size, seed=seed, engine=engine,
-                shuffle=mb.shuffle, partition=part,
-            )  # fmt: skip
-            if part is None:  # METIS once per experiment; later runs reuse the clusters
-                prep.mb_partition = _partition_of(self.loader.layout, n)
-        else:
+        if t.mode == "saint":
             self.norm_kind = aggregation_kind(cfg.model) if mb.normalize else None
             if mb.normalize and self.norm_kind is None:
                 raise ConfigError(
@@ -86,22 +76,15 @@ class BatchSource:
                     f"normalization (gcn, resgcn, sage mean), not {cfg.model['name']}; set "
                     "minibatch.normalize: false."
                 )
-            train_nodes = int(prep.masks["train"].sum())
-            shared = prep.__dict__.setdefault("saint_norms", {})  # seed -> SaintNorms
-            start, bar = time.perf_counter(), _Progress(f"GraphSAINT weights, seed {seed}")
-            self.loader = SaintLoader(src, dst, n, mb.sampler, mb.budget, t.batches_per_epoch,
-                                      seed=seed, engine=engine, normalize=mb.normalize,
-                                      num_presample=mb.num_presample,
-                                      num_loss_nodes=train_nodes, progress=bar.update,
-                                      norms=shared.get(seed))  # fmt: skip
-            bar.close()
-            if mb.normalize and seed not in shared:
-                shared[seed] = self.loader.norms
-                setup = prep.__dict__.setdefault("setup_s", {})
-                setup[f"saint_presample_seed{seed}"] = time.perf_counter() - start
+        # one loader per seed, shared by the methods (the batches are a function of the seed
+        # and the epoch alone): its structures (edges by source, clusters) are built once
+        shared = prep.__dict__.setdefault("loaders", {})
+        if seed not in shared:
+            shared.clear()  # runs go seed by seed: the previous seed's loader is done
+            shared[seed] = _loader(cfg, prep, seed, engine)
+        self.loader = shared[seed]
         self.normalize = t.mode == "saint" and mb.normalize
-        self.deg_in = torch.bincount(dst, minlength=n).clamp(min=1).float()
-        self.deg_out = torch.bincount(src, minlength=n).clamp(min=1).float()
+        self.deg_in, self.deg_out = _degrees(prep)
         self.graphs: OrderedDict = OrderedDict()
         self.keep = max(int(keep), 1)
         self.graph_hits = self.graph_misses = 0
@@ -135,25 +118,41 @@ class BatchSource:
         return batch.edge_norm.float() * fix
 
 
-class _Progress:
-    """A progress bar on stderr for a setup phase, shown once it is first updated (where the
-    launcher shows its epoch bars: a terminal, not CI)."""
+def _loader(cfg, prep, seed: int, engine: str):
+    """The run's loader for ``seed``: METIS's clusters once per experiment, GraphSAINT's
+    weights once per seed, each a setup phase (``prep.setup_s``, progress on stderr)."""
+    from ..minibatch.samplers import ClusterLoader, SaintLoader
 
-    def __init__(self, desc: str):
-        self.desc, self.bar = desc, None
+    mb, t = cfg.minibatch, cfg.train
+    src, dst, n = prep.edges
+    if t.mode == "cluster":
+        part = getattr(prep, "mb_partition", None)
+        desc = "setup: METIS clusters" if part is None else f"setup: loader, seed {seed}"
+        key = "cluster_partition" if part is None else f"loader_seed{seed}"
+        with Phase(desc, prep.setup_s, key, enabled=prep.progress):
+            loader = ClusterLoader(src, dst, n, mb.num_parts, mb.batch_size, seed=seed,
+                                   engine=engine, shuffle=mb.shuffle, partition=part)  # fmt: skip
+        if part is None:  # METIS once per experiment; later seeds reuse the clusters
+            prep.mb_partition = _partition_of(loader.layout, n)
+        return loader
+    key = f"saint_presample_seed{seed}" if mb.normalize else f"loader_seed{seed}"
+    what = "GraphSAINT weights" if mb.normalize else "loader"
+    with Phase(f"setup: {what}, seed {seed}", prep.setup_s, key,
+               enabled=prep.progress) as phase:  # fmt: skip
+        return SaintLoader(src, dst, n, mb.sampler, mb.budget, t.batches_per_epoch, seed=seed,
+                           engine=engine, normalize=mb.normalize,
+                           num_presample=mb.num_presample,
+                           num_loss_nodes=int(prep.masks["train"].sum()),
+                           progress=phase.update)  # fmt: skip
 
-    def update(self, done: int, total: int) -> None:
-        if self.bar is None:
-            from tqdm import tqdm
 
-            quiet = not sys.stderr.isatty() or bool(os.environ.get("CI"))
-            self.bar = tqdm(total=total, desc=self.desc, disable=quiet, leave=False,
-                            dynamic_ncols=True, mininterval=0.5)  # fmt: skip
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def _degrees(prep) -> tuple:
+    """``(N,)`` in- and out-degrees of the full graph (at least 1), once per experiment."""
+    if "degrees" not in prep.__dict__:
+        src, dst, n = prep.edges
+        prep.degrees = tuple(torch.bincount(e, minlength=n).clamp(min=1).float()
+                             for e in (dst, src))  # fmt: skip
+    return prep.degrees
 
 
 def _partition_of(layout, n: int) -> torch.Tensor:

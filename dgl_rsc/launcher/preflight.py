@@ -53,9 +53,10 @@ def check_nproc(nproc: int, partitions: Optional[int]) -> None:
         )
 
 
-def check_distributed(cfg, nproc: int) -> None:
+def check_distributed(cfg, nproc: int, progress: bool = False) -> None:
     """The device, backend, partition cache and graph of a ``--nproc`` run (see the module
-    docstring). Loads the dataset once, then lets it go."""
+    docstring). Loads the dataset once, then lets it go (``progress``: shown on stderr when
+    that takes more than a few seconds)."""
     from .outputs import check_location
     from .prepare import check_backend, resolve_device
 
@@ -71,7 +72,7 @@ def check_distributed(cfg, nproc: int) -> None:
     check_backend(cfg, device)
     if d.partition_cache:
         check_location(d.partition_cache, "distributed.partition_cache")
-    _check_graph(cfg, nproc)
+    _check_graph(cfg, nproc, progress)
 
 
 def _check_backend_name(backend: str, device: torch.device) -> None:
@@ -93,12 +94,16 @@ def _check_backend_name(backend: str, device: torch.device) -> None:
         )
 
 
-def _check_graph(cfg, nproc: int) -> None:
+def _check_graph(cfg, nproc: int, progress: bool = False) -> None:
+    from ..base.progress import Phase
     from ..data import load_dataset
 
     params = {k: v for k, v in cfg.dataset.items() if k not in ("name", "root")}
+    desc = f"setup: dataset {cfg.dataset['name']} (checked before the workers start)"
     try:
-        data = load_dataset(cfg.dataset["name"], root=cfg.dataset["root"], **params)
+        with Phase(desc, enabled=progress) as phase:
+            data = load_dataset(cfg.dataset["name"], root=cfg.dataset["root"],
+                                progress=phase.update, **params)  # fmt: skip
     except (FileNotFoundError, ImportError, ValueError) as exc:
         raise ConfigError(f"dataset {cfg.dataset['name']!r} could not be loaded: {exc}") from None
     nodes, train = int(data.num_nodes), int(data.train_mask.sum())

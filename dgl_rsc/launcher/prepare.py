@@ -1,7 +1,9 @@
 """What an experiment does once, before any run trains: resolve the device, check that the
 kernel backend and the engine's library can run, load the dataset, add self-loops where the
 model wants them, and build the graph (a distributed run takes its rank's share). Also which
-runs each seed has (:func:`methods`).
+runs each seed has (:func:`methods`). Each phase's seconds go to ``Prepared.setup_s``; one that
+runs past a few seconds shows its progress on stderr when ``progress`` is on
+(:class:`~dgl_rsc.base.progress.Phase`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Optional
 import torch
 
 from ..base import _deps
+from ..base.progress import Phase
 from ..core.config import ConfigError
 from ..models.engines import get_engine
 from .mb_schema import check_sizes
@@ -72,6 +75,8 @@ class Prepared:
     partition: Optional[dict] = None  # its partition's quality and cache file
     allocator: str = "default"  # "kept": freed blocks kept for reuse (keep_freed_memory)
     node_perm: Optional[torch.Tensor] = None
+    progress: bool = False  # show the setup phases that run past a few seconds (stderr)
+    setup_s: dict = dataclasses.field(default_factory=dict)  # seconds of each setup phase
 
     def in_original_order(self, x: torch.Tensor) -> torch.Tensor:
         """Per-node rows ``x (N, ...)`` of these data, in the dataset's node order."""
@@ -121,9 +126,10 @@ def methods(cfg: RunConfig) -> tuple:
     return cfg.methods
 
 
-def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
+def prepare(cfg: RunConfig, out_dir: Optional[str] = None, progress: bool = False) -> Prepared:
     """Load the dataset and the edge list the engines need (once per experiment); in a
-    distributed run, this rank's share of them (``out_dir`` holds the partition cache)."""
+    distributed run, this rank's share of them (``out_dir`` holds the partition cache).
+    ``progress``: show the phases that run past a few seconds on stderr."""
     from ..data import load_dataset
     from ..models.paper import MODELS
 
@@ -147,11 +153,17 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
 
         allocator = "kept" if keep_freed_memory() else "default"
     params = {k: v for k, v in cfg.dataset.items() if k not in ("name", "root")}
+    setup: dict = {}
     try:
-        data = load_dataset(cfg.dataset["name"], root=cfg.dataset["root"], **params)
+        desc = f"setup: dataset {cfg.dataset['name']}"
+        with Phase(desc, setup, "dataset", enabled=progress) as ph:
+            data = load_dataset(cfg.dataset["name"], root=cfg.dataset["root"],
+                                progress=ph.update, **params)  # fmt: skip
     except (FileNotFoundError, ImportError, ValueError) as exc:  # missing files, bad params
         raise ConfigError(f"dataset {cfg.dataset['name']!r} could not be loaded: {exc}") from None
     data, perm, order_s = _reorder(data, cfg.train.node_order)  # none when distributed
+    if perm is not None:  # the node order's seconds among the shared setup phases
+        setup[f"node_order_{cfg.train.node_order}"] = order_s
     src, dst, n = data.src, data.dst, int(data.num_nodes)
     if cfg.minibatch is not None:  # budgets and cluster counts against this graph
         check_sizes(cfg.train.mode, cfg.minibatch, n, int(src.numel()),
@@ -166,14 +178,15 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None) -> Prepared:
     if cfg.distributed is not None:
         from .dist_run import prepare_rank
 
-        prep = prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared)
-        prep.allocator = allocator
+        with Phase("setup: partition and this rank's share", setup, "partition", enabled=progress):
+            prep = prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared)
+        prep.allocator, prep.progress, prep.setup_s = allocator, progress, setup
         return prep
     prep = Prepared(data, (src, dst, n), data.feat.to(device), data.label.to(device), masks,
-                    device, data.fingerprint(), name, allocator=allocator,
-                    node_perm=perm)  # fmt: skip
-    _record_order(prep, cfg.train.node_order, order_s)
-    prep.graph(get_engine(engine).graph)  # built now: a bad graph fails before training
+                    device, data.fingerprint(), name, allocator=allocator, progress=progress,
+                    setup_s=setup, node_perm=perm)  # fmt: skip
+    with Phase("setup: graph", setup, "graph", enabled=progress):
+        prep.graph(get_engine(engine).graph)  # built now: a bad graph fails before training
     return prep
 
 
@@ -184,9 +197,3 @@ def _reorder(data, method: str) -> tuple:
     start = time.perf_counter()
     data, perm = reorder(data, method)
     return data, perm, time.perf_counter() - start
-
-
-def _record_order(prep: Prepared, method: str, seconds: float) -> None:
-    """The node order's seconds among the shared setup phases (``environment.setup_s``)."""
-    if method != "none":
-        prep.__dict__.setdefault("setup_s", {})[f"node_order_{method}"] = seconds

@@ -44,8 +44,8 @@ from .checkpoint import atomic_write_text, claim
 from .tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 
 __all__ = [
-    "environment", "summarize", "format_table", "write_report", "strict_json", "CSV_FIELDS",
-    "cpu_name", "cpu_caches",
+    "environment", "summarize", "format_table", "format_setup", "write_report", "strict_json",
+    "CSV_FIELDS", "cpu_name", "cpu_caches",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -264,6 +264,25 @@ def _tta_note(summary: dict) -> str:
             f"the target ({target['rule']}; {seeds}) @ that epoch, or 'not reached k/n' (k of n "
             "seeds got there); tta exact, tta stock: that baseline's time to target over the "
             "method's")  # fmt: skip
+
+
+#: how the report names a setup phase (a key of ``environment.setup_s``; ``_seedN`` apart)
+SETUP_NAMES = {"saint_presample": "GraphSAINT weights", "cluster_partition": "METIS clusters",
+               "warm_up": "warm-up", "kernel_compile": "kernel compiles"}  # fmt: skip
+
+
+def format_setup(setup_s: dict) -> str:
+    """One line with the seconds of each setup phase (``environment.setup_s``).
+
+    >>> format_setup({"dataset": 9.04, "saint_presample_seed0": 130.2, "kernel_compile": 0.0})
+    'setup: dataset 9.0 s, GraphSAINT weights (seed 0) 130.2 s, kernel compiles 0.0 s'
+    """
+    parts = []
+    for key, seconds in setup_s.items():
+        name, _, seed = key.partition("_seed")
+        name = SETUP_NAMES.get(name, name.replace("_", " ")) + (f" (seed {seed})" if seed else "")
+        parts.append(f"{name} {seconds:.1f} s")
+    return "setup: " + (", ".join(parts) or "-")
 
 
 def format_table(summary: dict, metric: str) -> str:

@@ -55,7 +55,7 @@ SECTIONS = ("dataset", "model", "train", "rsc", "compare", "distributed", "minib
 #: the engines a config may train on (dgl_rsc.models.engines; ``stock`` is the comparison baseline)
 ENGINES = tuple(e.name for e in _ENGINES.values() if e.approximates)
 PATH_KEYS = ("root", "path")
-LOADER_ARGS = ("root", "device", "name")
+LOADER_ARGS = ("root", "device", "name", "progress")
 REQUIRED = "<required>"
 
 

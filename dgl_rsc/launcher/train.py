@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import math
 import os
@@ -38,8 +39,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..backends.compile_watch import CompileWatch
 from ..base import _deps
 from ..base.memory import peak_rss_bytes
+from ..base.progress import Phase
 from ..core.config import RSCConfig
 from ..core.controller import RSCController
 from ..dgl.nn import attach
@@ -282,14 +285,23 @@ def warm_up(cfg: RunConfig, prep: Prepared, todo: list) -> None:
     ``train.warmup_epochs`` untimed epochs, writing nothing, when there are two methods or
     more: the first run of a process pays one-off costs (DGL's first call, about 0.7 s on the
     2-core machine; Numba's start, about 0.3 s) that the others do not, which would tilt their
-    comparison. Every rank of a distributed run warms up alike."""
+    comparison. Every rank of a distributed run warms up alike. A setup phase
+    (``prep.setup_s["warm_up"]``, shown on stderr past a few seconds)."""
     names = list(dict.fromkeys(m for _, m in todo))
     n = min(cfg.train.warmup_epochs, cfg.train.epochs)
     if n <= 0 or len(names) < 2:
         return
     short = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, epochs=n))
-    for method in names:
-        train_one(short, prep, method, todo[0][0], progress=False)
+    if cfg.train.mode != "full":  # the seed's loader (GraphSAINT's weights) is a phase apart
+        from .minibatch_run import BatchSource
+
+        BatchSource(cfg, prep, todo[0][0])
+    done = itertools.count(1)
+    desc = f"setup: warm-up, {n} untimed epoch(s) per method"
+    with Phase(desc, prep.setup_s, "warm_up", enabled=prep.progress) as phase:
+        tick = lambda *_: phase.update(next(done), n * len(names))  # noqa: E731
+        for method in names:
+            train_one(short, prep, method, todo[0][0], progress=False, on_epoch_end=tick)
 
 
 def run_experiment(
@@ -303,7 +315,10 @@ def run_experiment(
     """Every (seed, method) run, interleaved by seed; finished runs are read back from
     ``out_dir/runs/`` and unfinished ones resume from ``out_dir/checkpoints/``. All of
     those files are checked before the first epoch trains. Each file is listed in the
-    directory's manifest before it is written; records are strict JSON."""
+    directory's manifest before it is written; records are strict JSON. The seconds spent
+    compiling kernels meanwhile (Numba, CuPy: a machine's first run) go to
+    ``prep.setup_s["kernel_compile"]``; with ``progress`` they are announced on stderr once
+    they pass a second."""
     plan = [(seed, method) for seed in cfg.train.seeds for method in methods(cfg)]
     dist = prep.dist
     main = dist is None or dist.is_main
@@ -327,25 +342,35 @@ def run_experiment(
         if not finished and os.path.exists(ckpt):  # loaded again on its turn
             state = read_checkpoint(ckpt, prep, name, map_location="cpu")
         verify_set(cfg, name, ckpt, state, run_id, dist, resume_anyway, finished)
-    warm_up(cfg, prep, [p for p in plan if p not in done])
-    records = []
-    for seed, method in plan:
-        if (seed, method) not in done:
-            record, ckpt = paths[seed, method]
-            if main:  # the manifest and the records are rank 0's; checkpoints every rank's
-                ranks = [ckpt] if dist is None else [
-                    ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
-                ]  # fmt: skip
-                ckpts = ranks if dist is None else [
-                    p for c in ranks for p in (c, previous_path(c))
-                ]  # fmt: skip
-                claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
-            if dist is not None:
-                dist.barrier(f"starting {method}-seed{seed}")
-            rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end,
-                            identity=ident)  # fmt: skip
-            if main:
-                atomic_write_text(record, strict_json(rec))
-            done[seed, method] = rec
-        records.append(done[seed, method])
+    with CompileWatch(_say if progress and main else None) as watch:  # first run only
+        warm_up(cfg, prep, [p for p in plan if p not in done])
+        watch.flush()
+        records = []
+        for seed, method in plan:
+            if (seed, method) not in done:
+                record, ckpt = paths[seed, method]
+                if main:  # the manifest and the records are rank 0's; checkpoints every rank's
+                    ranks = [ckpt] if dist is None else [
+                        ckpt.replace(rank, f".rank{q}") for q in range(dist.world_size)
+                    ]  # fmt: skip
+                    ckpts = ranks if dist is None else [
+                        p for c in ranks for p in (c, previous_path(c))
+                    ]  # fmt: skip
+                    claim(out_dir, record, *(ckpts if cfg.train.checkpoint_every else []))
+                if dist is not None:
+                    dist.barrier(f"starting {method}-seed{seed}")
+                rec = train_one(cfg, prep, method, seed, ckpt, progress and main, on_epoch_end,
+                                identity=ident)  # fmt: skip
+                watch.flush()
+                if main:
+                    atomic_write_text(record, strict_json(rec))
+                done[seed, method] = rec
+            records.append(done[seed, method])
+    prep.setup_s["kernel_compile"] = float(watch.total)
     return records
+
+
+def _say(text: str) -> None:
+    """A setup line on stderr (kernel compiles)."""
+    sys.stderr.write(f"setup: {text}\n")
+    sys.stderr.flush()

@@ -7,13 +7,15 @@ and the lent GPU."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import types
 
 import pytest
 import torch
 
 from dgl_rsc.backends import _cuda_source, cupy_backend, int8_cupy
-from dgl_rsc.base import _deps
+from dgl_rsc.backends.compile_watch import CompileWatch
+from dgl_rsc.base import _deps, progress
 from dgl_rsc.distributed import quant_cupy
 
 
@@ -21,12 +23,15 @@ class FakeCupy:
     """Records compiles and launches."""
 
     def __init__(self):
-        self.compiled, self.launched, self.devices = [], [], []
+        self.compiled, self.launched, self.devices, self.built = [], [], [], []
         fake = self
 
         class Module:
             def __init__(self, code, options, name_expressions):
                 fake.compiled.append((code, options, tuple(name_expressions)))
+
+            def compile(self):
+                fake.built.append(self)
 
             def get_function(self, name):
                 return lambda grid, block, args: fake.launched.append((name, grid, block, args))
@@ -60,10 +65,24 @@ def test_each_source_compiles_once_per_device_with_its_instantiations(cupy, fami
     first = _cuda_source.cupy_module(source, options, names, 0)
     assert _cuda_source.cupy_module(source, options, names, 0) is first
     _cuda_source.cupy_module(source, options, names, 1)
-    assert len(cupy.compiled) == 2 and cupy.devices == [0, 1]
+    assert len(cupy.compiled) == 2 and cupy.devices == [0, 1] and len(cupy.built) == 2
     code, opts, exprs = cupy.compiled[0]
     assert code == _cuda_source.read_source(source) and opts == tuple(options)
     assert exprs == names and all(f"{n.split('<')[0]}" in code for n in names)
+
+
+def test_a_compile_is_timed_by_an_entered_watch_and_announced_when_slow(cupy, monkeypatch):
+    ticks = itertools.count()
+    monkeypatch.setattr(progress, "clock", lambda: 5.0 * next(ticks))  # a 5 s compile
+    said = []
+    family = cupy_backend
+    with CompileWatch(said.append) as watch:
+        _cuda_source.cupy_module(family._SOURCE, family.COMPILE_OPTIONS,
+                                 tuple(family.NAME_EXPRESSIONS), 0)  # fmt: skip
+        watch.flush()
+    assert watch.seconds == {"CUDA": 5.0} and len(cupy.built) == 1
+    assert said[0] == "compiling CUDA kernels (first run only) ..."
+    assert said[1] == "compiled kernels: done in 5.0 s (CUDA 5.0 s)"
 
 
 def test_a_launch_runs_the_named_kernel_on_the_tensors_device(cupy, monkeypatch):

@@ -245,9 +245,14 @@ def test_run_writes_results_csv_png_and_force_is_needed_to_replace(tmp_path, cap
     path = write_config(tmp_path, train={"seeds": [0, 1], "stock_baseline": True})
     out = tmp_path / "out"
     assert cli.main(["run", path, "--out", str(out), "--no-progress"]) == 0
-    printed = capsys.readouterr().out
+    printed, err = capsys.readouterr()
     assert "speedup" in printed and "exact" in printed and "rsc" in printed
     res = json.loads((out / "results.json").read_text())
+    setup = res["environment"]["setup_s"]  # seconds of each setup phase, one line printed
+    assert {"dataset", "graph", "warm_up", "kernel_compile"} <= set(setup)
+    assert min(setup.values()) >= 0
+    assert f"setup: dataset {setup['dataset']:.1f} s, graph" in printed
+    assert "setup:" not in err  # --no-progress: the phases are timed, not shown
     assert {"environment", "config", "summary", "runs", "table", "metric"} <= set(res)
     assert {"torch", "dgl", "device", "date", "machine", "cpu"} <= set(res["environment"])
     assert isinstance(res["environment"]["cpu_caches"], dict)

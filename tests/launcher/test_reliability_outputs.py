@@ -197,7 +197,7 @@ def test_only_rank_0_checks_the_directory_it_writes(tmp_path, monkeypatch, capsy
     (out / "config.yaml").write_text("rank 0 wrote this\n")
     reached = []
 
-    def stop(cfg, out_dir):
+    def stop(cfg, out_dir, progress=False):
         reached.append(out_dir)
         raise ConfigError("stopped after the directory checks")
 

@@ -2,8 +2,12 @@
 its progress, runs once per seed for all the methods of a run (the same weights, so the same
 training), and its time reaches the report."""
 
-import torch
+import json
 
+import torch
+import yaml
+
+from dgl_rsc.launcher import cli
 from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import prepare, train_one
 from dgl_rsc.launcher.yaml_io import apply_overrides
@@ -54,15 +58,35 @@ def test_the_methods_of_a_run_share_one_presampling_and_train_as_before(one_thre
     monkeypatch.setattr(saint_loader, "estimate_saint_norms", counted)
     prep = prepare(cfg)
     exact = train_one(cfg, prep, "exact", seed=0, progress=False)
+    exact_loader = prep.loaders[0]
     rsc = train_one(cfg, prep, "rsc", seed=0, progress=False)
     assert len(calls) == 1  # once for both methods of seed 0
-    assert (
-        set(prep.setup_s) == {"saint_presample_seed0"} and prep.setup_s["saint_presample_seed0"] > 0
-    )
+    assert set(prep.setup_s) == {"dataset", "graph", "saint_presample_seed0"}
+    assert prep.setup_s["saint_presample_seed0"] > 0
+    assert exact_loader is prep.loaders[0] and len(prep.loaders) == 1  # one loader per seed
     alone = train_one(cfg, prepare(cfg), "rsc", seed=0, progress=False)  # its own estimate
     assert len(calls) == 2
     assert [h["loss"] for h in rsc["history"]] == [h["loss"] for h in alone["history"]]
     assert len(exact["history"]) == cfg.train.epochs
+
+
+def test_a_launcher_run_presamples_once_before_its_warm_up(one_thread, monkeypatch, tmp_path):
+    """Warm-up and timed runs of both methods share one loader: one pre-sampling, a phase of
+    its own before the warm-up's (their seconds do not overlap in the report)."""
+    sets = ["train.mode=saint", "minibatch={budget: 400}", "train.epochs=2",
+            "train.warmup_epochs=1", "compare=true"]  # fmt: skip
+    cfg = apply_overrides(BASE, sets)
+    path = tmp_path / "saint.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    calls = []
+    real = saint_loader.estimate_saint_norms
+    monkeypatch.setattr(saint_loader, "estimate_saint_norms",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))  # fmt: skip
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    setup = json.loads((tmp_path / "out" / "results.json").read_text())["environment"]["setup_s"]
+    assert len(calls) == 1
+    assert list(setup) == ["dataset", "graph", "saint_presample_seed0", "warm_up",
+                           "kernel_compile"]  # fmt: skip
 
 
 def test_induced_subgraphs_are_the_same_by_scan_and_by_gather(monkeypatch):
