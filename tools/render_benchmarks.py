@@ -611,7 +611,50 @@ CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
              ("sparse-heavy GCN", "sparse_heavy"), ("200k preset GCN", "200k"))]  # fmt: skip
 PLOT = "tta_curves.png"
 
+
 #: the blocks of the page: name -> () -> markdown
+def epoch_split(names: list) -> str:
+    """tools/profile_run.py: each method's profiled epoch split into categories (ms)"""
+    cats = ("sparse_forward", "sparse_backward_sampled", "sparse_backward_exact", "rsc_own",
+            "dense", "elementwise", "optimizer", "other")  # fmt: skip
+    heads = ("forward sparse", "sampled bwd sparse", "exact bwd sparse", "RSC's own", "dense",
+             "elementwise", "optimizer", "other")  # fmt: skip
+    out = ["| config | levers | method | epoch ms | " + " | ".join(heads)
+           + " | faults / epoch | peak RSS MB | date |",
+           "|---" * (len(heads) + 7) + "|"]  # fmt: skip
+    for name in names:
+        d = _load(name)
+        for meth, r in d["methods"].items():
+            split = " | ".join(f"{r['split_ms'][c]:.0f}" for c in cats)
+            out.append(
+                f"| {Path(d['config']).name} | {d['levers']} | {meth} | {r['epoch_ms']:.0f} "
+                f"| {split} | {r['minor_faults_per_epoch']:.0f} | {r['peak_rss_mb']:.0f} "
+                f"| {d['machine']['date'][:10]} |"
+            )
+    out.append("\nJSON: " + ", ".join(f"`{n}`" for n in names) + ".")
+    return "\n".join(out)
+
+
+def epoch_levers(names: list) -> str:
+    """tools/experiments/epoch_levers_ab.py: variants' epochs, interleaved, against the first"""
+    out = ["| config | variant | method | fused epilogue | CPU engine | median epoch ms | "
+           "against the first | rounds | date |",
+           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name in names:
+        d = _load(name)
+        for label, v in d["variants"].items():
+            stock = v["method"] == "stock"
+            fused = "-" if stock else v.get("fused", "on")
+            engine = "DGL" if stock else v.get("engine", "dgl")
+            out.append(
+                f"| {Path(d['config']).name} | {label} | {v['method']} | {fused} | {engine} "
+                f"| {v['median_epoch_ms']:.0f} | {v['speedup_vs_reference_median']:.2f}x "
+                f"| {v['epochs_timed']} | {d['machine']['date'][:10]} |"
+            )
+    out.append("\nJSON: " + ", ".join(f"`{n}`" for n in names) + ".")
+    return "\n".join(out)
+
+
 BLOCKS = {
     "tta-cpu": lambda: tta(TTA_CPU),
     "tta-gpu": lambda: tta(TTA_GPU),
@@ -633,6 +676,10 @@ BLOCKS = {
             ("interleaved_kept_200k_vm2.json", "default"),
         ]
     ),
+    "epoch-split": lambda: epoch_split(EPOCH_SPLITS),
+    "epoch-levers": lambda: epoch_levers(
+        ["epoch_fused_quickstart.json", "epoch_fused_200k.json", "epoch_engine_200k.json"]
+    ),
     "stock-dgl": lambda: e2e_cpu("e2e_cpu.json", profile=False),
     "kernels-cpu": lambda: spmm("spmm_cpu_g200k_t2.json"),
     "gpu": lambda: e2e_gpu(["e2e_reddit_h100_folded.json", "e2e_products_h100_folded.json"]),
@@ -647,6 +694,8 @@ BLOCKS = {
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
     "minibatch": lambda: parity("minibatch_small.json"),
 }
+#: tools/profile_run.py results, one table
+EPOCH_SPLITS = ["epoch_profile_quickstart_levers_on.json", "epoch_profile_200k.json"]
 MARK = re.compile(r"(<!-- render: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 
 

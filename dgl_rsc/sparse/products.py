@@ -1,15 +1,14 @@
 """Exact sparse-dense products: the one dispatch point between the CPU and CUDA engines.
 
 ``csr_mm(A, X)`` computes ``diag(rs) A diag(cs) X`` (scales optional). On the CPU it runs
-DGL's own message-passing kernel where DGL imports (:mod:`dgl_rsc.dgl.kernels`, plugged in by
-:func:`register`), else the Numba
-kernels of :mod:`dgl_rsc.sparse.cpu_spmm` (bit-identical to DGL's, within 0-25% of its speed:
-``docs/benchmarks.md``); products of a cached RSC slice (``sparse_write``) always run on the
-Numba kernels, which write only the rows the slice reaches. Outputs are reusable buffers of
-the matrix's :class:`~dgl_rsc.sparse.buffers.OutputPool`. Without Numba or DGL, the CPU engine is
-torch's sparse CSR engine (MKL). On CUDA
-it runs cuSPARSE through ``torch.sparse`` with the scales applied around it. fp16/bf16 are
-computed in fp32 on the CPU (neither engine has a half-precision CPU path).
+DGL's own message-passing kernel (:mod:`dgl_rsc.dgl.kernels`, plugged in by :func:`register`)
+or the Numba kernels of :mod:`dgl_rsc.sparse.cpu_spmm` (the same bits), whichever measured
+faster for the structure and width (:mod:`.engine_pick`); products of a cached RSC slice
+(``sparse_write``) always run on the Numba kernels, which write only the rows the slice
+reaches. Outputs are reusable buffers of the matrix's
+:class:`~dgl_rsc.sparse.buffers.OutputPool`. Without Numba or DGL, the CPU engine is torch's
+sparse CSR engine (MKL). On CUDA it runs cuSPARSE through ``torch.sparse`` with the scales
+applied around it. fp16/bf16 are computed in fp32 on the CPU (no engine has a CPU path).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import torch
 
 from ..backends import spmm_cupy
 from ..base import _deps
-from . import compact
+from . import compact, engine_pick
 from .buffers import OutputPool
 from .csr import CSR
 
@@ -248,7 +247,10 @@ def csr_mm(
     pool = A.pool() if pool is None else pool
     engine = None if sparse_write else _exact_cpu(X)
     if engine is not None and _nonempty(A, X):
-        return _dgl_mm(engine, A, X, scales, pool)
+        if not (_deps.numba_available() and X.dtype in (torch.float32, torch.float64)):
+            return _dgl_mm(engine, A, X, scales, pool)
+        return engine_pick.run(A._s, X.shape[1], lambda: _dgl_mm(engine, A, X, scales, pool),
+                               lambda: _mm(A, X, scales, pool))  # fmt: skip
     tag = A.token if sparse_write else None
     return _mm(A, X, scales, pool, tag)
 

@@ -7,10 +7,11 @@ set before each of the variant's epochs, or once when every variant has the same
 ``default`` (glibc's settings, restored likewise, which trims the heap);
 ``cache`` ``on`` or ``off`` (the drop-in layers' input aggregation reused,
 :func:`dgl_rsc.nn.cache_input_aggregation`); ``fused`` ``on`` or ``off`` (GCN/SAGE hidden
-layers' one-pass epilogue, :mod:`dgl_rsc.models.fused`). The variants take turns one epoch
-at a time, the order rotating each round, so that each round sees about the same machine
-load; per variant the median and mean epoch, minor page faults per epoch, and the ratio to
-the first variant.
+layers' one-pass epilogue, :mod:`dgl_rsc.models.fused`); ``engine`` ``auto``, ``dgl`` or
+``numba`` (the exact CPU products' engine, :mod:`dgl_rsc.sparse.engine_pick`). The variants
+take turns one epoch at a time, the order rotating each round, so that each round sees about
+the same machine load; per variant the median and mean epoch, minor page faults per epoch,
+and the ratio to the first variant.
 
 Toggling the allocator per epoch distorts it (restoring the default trims the heap, so the
 next kept epoch faults its pages in again): ``--alloc-blocks N`` times every variant under
@@ -40,14 +41,16 @@ from dgl_rsc.base.memory import keep_freed_memory, peak_rss_bytes
 from dgl_rsc.dgl.nn.input_cache import cache_input_aggregation, input_cache_counts
 from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
+from dgl_rsc.sparse import engine_pick
 
 CHOICES = {"method": ("exact", "rsc", "stock"), "alloc": ("kept", "default"),
-           "cache": ("on", "off"), "fused": ("on", "off")}  # fmt: skip
+           "cache": ("on", "off"), "fused": ("on", "off"),
+           "engine": ("auto", "dgl", "numba")}  # fmt: skip
 
 
 def parse(text: str) -> tuple:
     name, _, rest = text.partition(":")
-    opts = {"method": "exact", "alloc": "kept", "cache": "on", "fused": "on"}
+    opts = {"method": "exact", "alloc": "kept", "cache": "on", "fused": "on", "engine": "auto"}
     for item in filter(None, rest.split(",")):
         k, _, v = item.partition("=")
         if k not in CHOICES or v not in CHOICES[k]:
@@ -107,6 +110,7 @@ def main(argv=None) -> int:
             if not args.alloc_blocks and len({a for _, a in keys}) > 1:
                 keep_freed_memory(alloc == "kept")  # per epoch: faults of kept overstated
             run = runs[name]
+            engine_pick.CPU_ENGINE = variants[name]["engine"]
             with run.ctx:
                 step = _train_step(run, prep)
             if r >= args.warmup and not transition:
