@@ -102,8 +102,8 @@ def _exact_cpu(X: torch.Tensor):
 
 
 def cpu_engine() -> str:
-    """The engine of exact CPU products: ``"dgl"`` where DGL imports, else ``"numba"`` when
-    the Numba kernels can run, else ``"torch.sparse"``."""
+    """The engines of exact CPU products: ``"dgl"`` where DGL imports (each product then picks
+    DGL's or Numba's kernel, :mod:`.engine_pick`), else ``"numba"``, else ``"torch.sparse"``."""
     if _deps.dgl_available() and ENGINES["exact_cpu"] is not None:
         return "dgl"
     return "numba" if _deps.numba_available() else "torch.sparse"
