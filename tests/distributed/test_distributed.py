@@ -80,7 +80,9 @@ def write_config(tmp_path, **sections):
         "dataset": {"name": "synthetic", "num_nodes": 500, "avg_degree": 8.0, "num_classes": 4,
                     "feat_dim": 12, "seed": 1},
         "model": {"name": "gcn", "hidden": 16, "layers": 2, "dropout": 0.5},
-        "train": {"epochs": 5, "lr": 0.02, "seeds": [0], "threads": 1, "stock_baseline": False},
+        # op by op: single-process runs draw dropout as the ranks do (with torch, the whole mask)
+        "train": {"epochs": 5, "lr": 0.02, "seeds": [0], "threads": 1, "stock_baseline": False,
+                  "fused_epilogue": False},
         # min_width 0: the products here (16 and 4 columns) would stay exact at the default
         "rsc": {"budget": 1.0, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1,
                 "min_width": 0},
@@ -108,8 +110,7 @@ def test_two_process_training_equals_one_process(tmp_path):
     """Exact and RSC at budget 1.0 on 2 partitions: per-epoch losses equal to float32
     rounding to a single process (dropout included: every rank draws the whole graph's mask);
     bytes are counted per rank and message kind."""
-    # both runs draw dropout with torch (the one-pass epilogue's hash does not run distributed)
-    cfg = write_config(tmp_path, train={"fused_epilogue": False})
+    cfg = write_config(tmp_path)
     one, two = tmp_path / "one", tmp_path / "two"
     assert dgl_rsc(cfg, "--out", str(one)).returncode == 0
     proc = dgl_rsc(cfg, "--out", str(two), "--nproc", "2")
