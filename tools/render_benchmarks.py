@@ -678,7 +678,12 @@ BLOCKS = {
     ),
     "epoch-split": lambda: epoch_split(EPOCH_SPLITS),
     "epoch-levers": lambda: epoch_levers(
-        ["epoch_fused_quickstart.json", "epoch_fused_200k.json", "epoch_engine_200k.json"]
+        [
+            "epoch_fused_quickstart.json",
+            "epoch_fused_200k.json",
+            "epoch_engine_200k.json",
+            "epoch_engine_tolokers.json",
+        ]
     ),
     "stock-dgl": lambda: e2e_cpu("e2e_cpu.json", profile=False),
     "kernels-cpu": lambda: spmm("spmm_cpu_g200k_t2.json"),
