@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from typing import Optional
 
 import torch
@@ -161,9 +160,7 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None, progress: bool = Fals
                                 progress=ph.update, **params)  # fmt: skip
     except (FileNotFoundError, ImportError, ValueError) as exc:  # missing files, bad params
         raise ConfigError(f"dataset {cfg.dataset['name']!r} could not be loaded: {exc}") from None
-    data, perm, order_s = _reorder(data, cfg.train.node_order)  # none when distributed
-    if perm is not None:  # the node order's seconds among the shared setup phases
-        setup[f"node_order_{cfg.train.node_order}"] = order_s
+    data, perm = _reorder(data, cfg.train.node_order, setup, progress)  # none: distributed
     src, dst, n = data.src, data.dst, int(data.num_nodes)
     if cfg.minibatch is not None:  # budgets and cluster counts against this graph
         check_sizes(cfg.train.mode, cfg.minibatch, n, int(src.numel()),
@@ -190,10 +187,12 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None, progress: bool = Fals
     return prep
 
 
-def _reorder(data, method: str) -> tuple:
-    """``(data in node order method, perm or None, seconds)`` (``train.node_order``)."""
+def _reorder(data, method: str, setup: dict, progress: bool) -> tuple:
+    """``(data in node order method, perm or None)`` (``train.node_order``), timed among the
+    setup phases as ``node_order_<method>`` unless ``method`` is ``"none"``."""
     from ..data.reorder import reorder
 
-    start = time.perf_counter()
-    data, perm = reorder(data, method)
-    return data, perm, time.perf_counter() - start
+    if method == "none":
+        return reorder(data, method)
+    with Phase(f"setup: node order {method}", setup, f"node_order_{method}", enabled=progress):
+        return reorder(data, method)

@@ -19,19 +19,14 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _module
 
 from ..core.ops import compiling
 from ..dgl.nn.graphconv import GraphConv
 from ..dgl.nn.sageconv import SAGEConv
 from ..sparse.epilogue import bias_act_dropout, engine_for
+from .restricted import sees_every_consumer
 
 __all__ = ["applies", "fused_forward"]
-
-
-def _hooked(m: nn.Module) -> bool:
-    return bool(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                or getattr(m, "_backward_pre_hooks", None))  # fmt: skip
 
 
 def _plain_conv(conv) -> bool:
@@ -56,11 +51,7 @@ def applies(stack, graph, feat) -> bool:
         return False
     if type(stack.dropout) is not nn.Dropout:
         return False
-    mods = [stack.dropout, *convs, *stack.norms]
-    if any(_hooked(m) for m in mods):
-        return False
-    return not (_module._global_forward_hooks or _module._global_forward_pre_hooks
-                or _module._global_backward_hooks)  # fmt: skip
+    return sees_every_consumer([stack.dropout, *convs, *stack.norms])
 
 
 def fused_forward(stack, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:

@@ -34,6 +34,15 @@ def _hooked(m: nn.Module) -> bool:
                 or getattr(m, "_backward_pre_hooks", None))  # fmt: skip
 
 
+def sees_every_consumer(mods) -> bool:
+    """No hook on any of ``mods`` and no global module hook: nothing the package cannot see
+    reads the tensors that bypassing these modules' calls would hide."""
+    if any(_hooked(m) for m in mods):
+        return False
+    return not (_module._global_forward_hooks or _module._global_forward_pre_hooks
+                or _module._global_backward_hooks)  # fmt: skip
+
+
 def applies(stack, graph, feat, edge_weight=None) -> Optional[object]:
     """The controller whose ``restrict`` config applies to ``stack`` (a GCN ``_Stack``) for
     this call, or ``None`` (the plain forward runs)."""
@@ -57,11 +66,7 @@ def applies(stack, graph, feat, edge_weight=None) -> Optional[object]:
     if getattr(graph, "rsc_aggregate", None) is not None or not 0 <= stack.dropout.p < 1:
         return None
     mods = [stack, stack.dropout, stack.input_dropout, *convs, *stack.norms]
-    if any(_hooked(m) for m in mods) or _module._global_forward_hooks:
-        return None
-    if _module._global_forward_pre_hooks or _module._global_backward_hooks:
-        return None
-    return ctl
+    return ctl if sees_every_consumer(mods) else None
 
 
 def _scales(conv: GraphConv, graph, feat: torch.Tensor):
