@@ -29,6 +29,7 @@ import time
 import torch
 from bench_common import parse_variant
 
+from dgl_rsc.core import restrict
 from dgl_rsc.core.config import ConfigError
 from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
@@ -53,8 +54,11 @@ def main(argv=None) -> int:
     base = ["train.checkpoint_every=0", "train.eval_every=1000000", *args.sets]
     cfg = load_config(args.config, base)
     variants = {}  # name -> the run's RSC settings, all checked before the graph loads
+    unpriced = set()  # variants whose restricted rows the solver does not price
     for text in args.variant or ["default:"]:
         name, sets = parse_variant(text)
+        if sets.pop("rsc.row_cost", "on") in ("off", False):
+            unpriced.add(name)
         if any(not k.startswith("rsc.") for k in sets):
             p.error(f"--variant {text!r}: only rsc keys vary here (the graph and model are "
                     "shared); give the others with --set")  # fmt: skip
@@ -74,10 +78,12 @@ def main(argv=None) -> int:
         runs[name] = _setup(dataclasses.replace(cfg, rsc=rsc), prep, "rsc")
     times = {k: [] for k in runs}
     names = list(runs)
+    priced = restrict.segment_row_work
     for r in range(total):
         # the order rotates every round, so that no setting always runs after the same one
         for name in names[r % len(names) :] + names[: r % len(names)]:
             run = runs[name]
+            restrict.segment_row_work = (lambda *a: 0.0) if name in unpriced else priced
             with run.ctx:
                 t = _train_step(run, prep)["epoch_s"]
             if r >= args.warmup:
@@ -87,7 +93,7 @@ def main(argv=None) -> int:
     result = {"config": args.config, "sets": args.sets, "machine": platform.node(),
               "date": time.strftime("%F %T"), "device": str(prep.device),
               "gpu": torch.cuda.get_device_name() if prep.device.type == "cuda" else None,
-              "rounds": args.rounds, "median_epoch_s": med,
+              "rounds": args.rounds, "variants": args.variant, "median_epoch_s": med,
               "ratio_to_exact": {k: med["exact"] / v for k, v in med.items()},
               "mean_epoch_s": mean,
               "mean_ratio_to_exact": {k: mean["exact"] / v for k, v in mean.items()},

@@ -637,17 +637,19 @@ def epoch_split(names: list) -> str:
 
 def epoch_levers(names: list) -> str:
     """tools/experiments/epoch_levers_ab.py: variants' epochs, interleaved, against the first"""
-    out = ["| config | variant | method | fused epilogue | CPU engine | median epoch ms | "
-           "against the first | rounds | date |",
-           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["| config | variant | method | fused epilogue | CPU engine | allocator | median "
+           "epoch ms | against the first | rounds | date |",
+           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name in names:
         d = _load(name)
+        patched = "train.engine=patch" in d.get("sets", [])  # stock dgl.nn model in the patch
+        config = Path(d["config"]).name + (" (stock GCN, patch)" if patched else "")
         for label, v in d["variants"].items():
             stock = v["method"] == "stock"
-            fused = "-" if stock else v.get("fused", "on")
+            fused = "-" if stock or patched else v.get("fused", "on")
             engine = "DGL" if stock else v.get("engine", "dgl")
             out.append(
-                f"| {Path(d['config']).name} | {label} | {v['method']} | {fused} | {engine} "
+                f"| {config} | {label} | {v['method']} | {fused} | {engine} | {v['alloc']} "
                 f"| {v['median_epoch_ms']:.0f} | {v['speedup_vs_reference_median']:.2f}x "
                 f"| {v['epochs_timed']} | {d['machine']['date'][:10]} |"
             )
@@ -683,6 +685,8 @@ BLOCKS = {
             "epoch_fused_200k.json",
             "epoch_engine_200k.json",
             "epoch_engine_tolokers.json",
+            "epoch_patch_200k_default.json",
+            "epoch_patch_200k_kept.json",
         ]
     ),
     "stock-dgl": lambda: e2e_cpu("e2e_cpu.json", profile=False),

@@ -9,8 +9,9 @@ kept (2-core VM, 2026-11-28). :func:`keep_freed_memory` tells glibc (``mallopt``
 large blocks from its heap and not to trim the heap's top, so freed blocks are reused warm.
 
 Nothing here runs at import: the change is process-wide and lasts until it is undone, so the
-library never makes it on its own; the ``dgl-rsc`` launcher makes it for its runs
-(``train.keep_freed_memory``, on by default) and a Python user calls it once.
+library makes it only where asked: the ``dgl-rsc`` launcher for its runs
+(``train.keep_freed_memory``, on by default), the patches for their block
+(:func:`freed_memory_kept`, undone on exit), a Python user by calling it once.
 
 Example:
     >>> import dgl_rsc
@@ -20,16 +21,25 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
+import os
 import platform
 import resource
-from typing import Optional
+from typing import Iterator, Optional
 
 from .user_warnings import warn_user
 
-__all__ = ["keep_freed_memory", "minor_faults", "peak_rss_bytes", "glibc"]
+__all__ = [
+    "keep_freed_memory",
+    "freed_memory_kept",
+    "user_allocator",
+    "minor_faults",
+    "peak_rss_bytes",
+    "glibc",
+]
 
 # mallopt parameters of glibc's <malloc.h>
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
@@ -37,6 +47,14 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 KEEP_TRIM_THRESHOLD = 2**31 - 1
 #: glibc's defaults for the static settings (its dynamic threshold starts from 128 KiB)
 _DEFAULT_MMAP_MAX, _DEFAULT_THRESHOLD = 65536, 128 * 1024
+#: environment variables by which a user sets glibc's allocator (then left alone by blocks)
+_USER_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_",
+             "MALLOC_TOP_PAD_", "MALLOC_ARENA_MAX")  # fmt: skip
+#: allocators a user preloads instead of glibc's malloc
+_PRELOADED = ("jemalloc", "tcmalloc", "mimalloc")
+
+#: whether :func:`keep_freed_memory` (True) is in effect in this process: set, not undone
+_KEPT = [False]
 
 
 @functools.cache
@@ -87,11 +105,52 @@ def keep_freed_memory(keep: bool = True) -> bool:
         settings = ((_M_MMAP_MAX, _DEFAULT_MMAP_MAX), (_M_MMAP_THRESHOLD, _DEFAULT_THRESHOLD),
                     (_M_TRIM_THRESHOLD, _DEFAULT_THRESHOLD))  # fmt: skip
     ok = all(libc.mallopt(param, value) == 1 for param, value in settings)
+    _KEPT[0] = ok and keep
     if ok and not keep:
         libc.malloc_trim(0)  # hand back what the kept heap holds free now
     if not ok:  # mallopt returns 0 on a value it refuses
         warn_user("keep_freed_memory: glibc's mallopt refused a setting; allocator unchanged.")
     return ok
+
+
+def user_allocator() -> Optional[str]:
+    """Why this process's allocator is its user's choice, or ``None``: an allocator
+    preloaded (``LD_PRELOAD`` naming jemalloc, tcmalloc or mimalloc), or glibc's malloc set
+    through the environment (``MALLOC_*_`` variables, ``GLIBC_TUNABLES`` with
+    ``glibc.malloc``). A block that would change the allocator leaves such a process as it
+    is."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    for name in _PRELOADED:
+        if name in preload:
+            return f"LD_PRELOAD loads {name}"
+    for var in _USER_ENV:
+        if var in os.environ:
+            return f"{var} is set"
+    if "glibc.malloc" in os.environ.get("GLIBC_TUNABLES", ""):
+        return "GLIBC_TUNABLES sets glibc.malloc"
+    return None
+
+
+@contextlib.contextmanager
+def freed_memory_kept(enabled: bool = True) -> Iterator[bool]:
+    """Keep freed large blocks (:func:`keep_freed_memory`) for the duration of the block,
+    then give them back and restore glibc's settings.
+
+    Nothing changes, and nothing is restored on exit, where ``enabled`` is false, where the
+    process keeps them already (the launcher, a user's own call), where the user chose the
+    allocator (:func:`user_allocator`) or where the C library is not glibc (no warning:
+    the block is an optimization, not a request).
+
+    Yields:
+        ``True`` when this block changed the allocator (and restores it on exit).
+    """
+    change = enabled and not _KEPT[0] and user_allocator() is None and glibc() is not None
+    changed = change and keep_freed_memory(True)
+    try:
+        yield changed
+    finally:
+        if changed and _KEPT[0]:  # undone in between by someone else: leave it
+            keep_freed_memory(False)
 
 
 def minor_faults() -> int:

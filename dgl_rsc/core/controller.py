@@ -282,9 +282,11 @@ class RSCController:
 
     def _solve_fixed(self, ready: list) -> None:
         """The greedy allocation of the fixed budget (times the guard's boost) in work units
-        (``nnz * width``) over :meth:`_problems`; this process keeps :meth:`_share`."""
+        (``nnz * width``, plus each kept row's restricted dense and elementwise work under
+        ``restrict``) over :meth:`_problems`; this process keeps :meth:`_share`."""
         problems, fixed_nnz, owners = self._problems(ready)
-        exact_work = sum((float(p.nnz.sum()) + f) * p.width for p, f in zip(problems, fixed_nnz))
+        exact_work = sum((float(p.nnz.sum()) + f) * p.width + p.row_cost * p.nnz.numel()
+                         for p, f in zip(problems, fixed_nnz))  # fmt: skip
         fixed_work = sum(f * p.width for p, f in zip(problems, fixed_nnz))
         budget = min(self.config.fraction * self.boost, 1.0)
         alloc = allocate(problems, max(budget * exact_work - fixed_work, 0.0))
@@ -300,7 +302,8 @@ class RSCController:
         rule = get_rule(cfg.rule)
         problems = [
             LayerProblem(selection_key(s.ema, s.row_nnz, cfg.rule), rule.mass(s.ema),
-                         s.row_nnz, s.stats.width, cfg.min_k)
+                         s.row_nnz, s.stats.width, cfg.min_k,
+                         s.row_work if cfg.restrict != "off" else 0.0)
             for s in ready
         ]  # fmt: skip
         return problems, [float(s.fixed_nnz) for s in ready], None

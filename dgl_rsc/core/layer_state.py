@@ -57,6 +57,10 @@ class LayerState:
             applied exactly); ``fixed_nnz``: the non-zeros every product visits anyway.
         generation: a number unique to the current matrix's scores; an allocation solved
             from other scores does not apply.
+        row_work: the solver's cost of one row of the gradient this product reads, besides
+            its non-zeros, when the backward before it is row-restricted (set by that
+            backward's forward, :class:`~dgl_rsc.core.restrict.RestrictedSegment`; ``0``
+            otherwise).
         stats: the layer's :class:`~dgl_rsc.core.stats.LayerStats`.
     """
 
@@ -70,6 +74,7 @@ class LayerState:
         self._generations = 0
         self.row_nnz: Optional[torch.Tensor] = None
         self.fixed_nnz = 0
+        self.row_work = 0.0
         self._sample: Optional[Sample] = None
         self._others: OrderedDict = OrderedDict()  # token -> saved state of that matrix
         self.subgraph_hits = 0  # a matrix seen before came back with its state

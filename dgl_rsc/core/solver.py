@@ -1,9 +1,11 @@
 """Greedy allocation of the backward budget across layers.
 
 Problem (RSC.md, challenge 1). Layer ``l`` ranks its rows by a key and keeps a prefix of
-``k_l`` rows of that order. Keeping a prefix costs ``d_l * (non-zeros of the prefix)`` and
-leaves out the error ``e_l(k_l) = 1 - mass_l(prefix) / mass_l(all)``. Minimize
-``sum_l e_l(k_l)`` subject to ``sum_l cost_l(k_l) <= budget``.
+``k_l`` rows of that order. Keeping a prefix costs ``d_l * (non-zeros of the prefix)``, plus
+``r_l * k_l`` where the backward before the product is restricted to the rows it reads
+(``row_cost``: the dense and elementwise work of one row there), and leaves out the error
+``e_l(k_l) = 1 - mass_l(prefix) / mass_l(all)``. Minimize ``sum_l e_l(k_l)`` subject to
+``sum_l cost_l(k_l) <= budget``.
 
 Method. Start from all rows with a positive key and remove rows from the tails, always the
 removal with the smallest error increase per unit of cost saved, one row at a time. (The
@@ -45,6 +47,10 @@ class LayerProblem:
         nnz: ``(M,)`` non-zeros of each row.
         width: the layer's feature width ``d_l`` (cost of a row is ``nnz * width``).
         min_k: rows always kept (capped by the number of rows with a positive key).
+        row_cost: work of one kept row besides its non-zeros, in the same units
+            (``nnz * width``): what a row-restricted backward computes per row of the
+            gradient the product reads (:func:`dgl_rsc.core.restrict.segment_row_work`);
+            ``0`` where the backward before the product computes every row anyway.
     """
 
     key: torch.Tensor
@@ -52,6 +58,7 @@ class LayerProblem:
     nnz: torch.Tensor
     width: int
     min_k: int = 0
+    row_cost: float = 0.0
 
 
 @dataclass
@@ -70,7 +77,7 @@ def _prefix_tables(p: LayerProblem):
     order = order[:n_useful]
     mass = p.mass.double()[order]
     total = float(mass.sum())
-    cost = p.nnz.double()[order] * p.width
+    cost = p.nnz.double()[order] * p.width + float(p.row_cost)
     return order, mass, cost, max(total, 0.0)
 
 

@@ -31,6 +31,9 @@ through its CSR (``A.csr()``, which DGL then keeps), as DGL does once a matrix h
 multiplies a matrix held only as COO edge by edge, with atomic adds across threads, which
 agrees to rounding only. Under CUDA autocast the operands are cast as DGL casts them.
 
+While the block lasts, glibc keeps freed large blocks for reuse (``keep_freed_memory``,
+:func:`dgl_rsc.base.memory.freed_memory_kept`), restored on exit.
+
 The i-th approximated product of a training step is layer i of the controller; call
 ``rsc.step()`` once per optimizer step. Products under ``torch.no_grad()`` (evaluation) do
 no sampling work. On exit -- normal or by an exception -- every original symbol is put back.
@@ -54,6 +57,7 @@ from typing import Iterator, Union
 
 import torch
 
+from ..base.memory import freed_memory_kept
 from ..base.user_warnings import warn_user
 from ..core.config import RSCConfig, warn_never_exact
 from ..core.controller import RSCController
@@ -312,7 +316,11 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
 
 @contextlib.contextmanager
 def patch(
-    config: Union[None, RSCConfig, RSCController] = None, *, enabled: bool = True, **overrides
+    config: Union[None, RSCConfig, RSCController] = None,
+    *,
+    enabled: bool = True,
+    keep_freed_memory: bool = True,
+    **overrides,
 ) -> Iterator[RSCController]:
     """Replace DGL's sparse products by RSC's for the duration of the block.
 
@@ -320,6 +328,11 @@ def patch(
         config: an :class:`RSCConfig`, an existing :class:`RSCController`, or ``None``.
         enabled: ``False`` makes the block a no-op (DGL runs stock; the yielded controller's
             ``step()`` does nothing, its ``stats()`` says ``enabled: False``).
+        keep_freed_memory: glibc keeps freed large blocks for reuse while the block lasts
+            (:func:`dgl_rsc.base.memory.freed_memory_kept`: no page faults for each step's
+            fresh tensors; restored on exit; left alone where the process or its user set
+            the allocator). The numbers are unchanged; the block's process keeps its peak
+            memory mapped until the block ends.
         **overrides: :class:`RSCConfig` fields (``budget=0.1``, ``total_steps=...``).
 
     Yields:
@@ -361,7 +374,8 @@ def patch(
         for owner, name in symbols:
             setattr(owner, name, replacement[name])
     try:
-        yield rsc
+        with freed_memory_kept(keep_freed_memory):
+            yield rsc
     finally:
         with _ACTIVATION:
             for (owner, name), original in originals.items():

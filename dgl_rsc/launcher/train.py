@@ -85,10 +85,10 @@ log = logging.getLogger(__name__)
 EpochCallback = Callable[[str, int], None]
 
 
-def _pyg_patch(ctl):
+def _pyg_patch(ctl, **kwargs):
     from ..pyg import patch as pyg_patch
 
-    return pyg_patch(ctl)
+    return pyg_patch(ctl, **kwargs)
 
 
 #: the patch of each engine family (``train.engine: patch`` / ``pyg_patch``)
@@ -133,7 +133,7 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
             localize_dropout(model, prep.owned, prep.data.num_nodes, cfg.distributed.dropout)
         elif engine.patched:
             ctl = RSCController(rsc_cfg)
-            ctx = _PATCHES[engine.family](ctl)
+            ctx = _PATCHES[engine.family](ctl, keep_freed_memory=t.keep_freed_memory)
         else:
             ctl = attach(model, rsc_cfg)
     if t.precision == "int8" and method != "stock":  # the stock baseline stays stock (fp32)

@@ -36,6 +36,7 @@ from typing import Iterator, Union
 import torch
 
 from ..base import _deps
+from ..base.memory import freed_memory_kept
 from ..base.user_warnings import warn_user
 from ..core.config import RSCConfig
 from ..core.controller import RSCController
@@ -187,7 +188,11 @@ def _spmm_wrapper(original, watch: _Watch):
 
 @contextlib.contextmanager
 def patch(
-    config: Union[None, RSCConfig, RSCController] = None, *, enabled: bool = True, **overrides
+    config: Union[None, RSCConfig, RSCController] = None,
+    *,
+    enabled: bool = True,
+    keep_freed_memory: bool = True,
+    **overrides,
 ) -> Iterator[RSCController]:
     """Run PyG's sparse aggregations on RSC's operator for the duration of the block.
 
@@ -196,6 +201,9 @@ def patch(
         enabled: ``False`` makes the block a no-op (PyG runs stock; the yielded controller's
             ``step()`` does nothing and its ``stats()`` says ``enabled: False``), so that
             one loop compares stock and RSC.
+        keep_freed_memory: glibc keeps freed large blocks for reuse while the block lasts
+            (:func:`dgl_rsc.base.memory.freed_memory_kept`; restored on exit, left alone
+            where the process or its user set the allocator); numbers unchanged.
         **overrides: :class:`~dgl_rsc.RSCConfig` fields (``budget=0.1``,
             ``total_steps=...``).
 
@@ -236,7 +244,8 @@ def patch(
             torch.nn.modules.module.register_module_forward_hook(watch.after),
         ]
     try:
-        yield rsc
+        with freed_memory_kept(keep_freed_memory):
+            yield rsc
     finally:
         with _ACTIVATION:
             for handle in hooks:

@@ -84,3 +84,93 @@ def test_fault_and_rss_counters_count():
             m[i] = 1  # first touch of each page
     assert memory.minor_faults() - before >= size // mmap.PAGESIZE // 2
     assert memory.peak_rss_bytes() >= size
+
+
+class _FakeGlibc:
+    """``keep_freed_memory``'s calls recorded instead of made (the test process's allocator
+    stays as it is)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        monkeypatch.setattr(memory, "glibc", lambda: object())
+        monkeypatch.setattr(memory, "_KEPT", [False])
+        for var in ("LD_PRELOAD", "GLIBC_TUNABLES", *memory._USER_ENV):
+            monkeypatch.delenv(var, raising=False)
+
+        def keep(keep=True):
+            self.calls.append(keep)
+            memory._KEPT[0] = keep
+            return True
+
+        monkeypatch.setattr(memory, "keep_freed_memory", keep)
+
+
+def test_block_keeps_freed_memory_and_restores_on_exit(monkeypatch):
+    fake = _FakeGlibc(monkeypatch)
+    with memory.freed_memory_kept() as changed:
+        assert changed is True and memory._KEPT[0] is True
+    assert fake.calls == [True, False] and memory._KEPT[0] is False
+
+
+def test_block_restores_after_an_exception(monkeypatch):
+    fake = _FakeGlibc(monkeypatch)
+    with pytest.raises(ValueError):
+        with memory.freed_memory_kept():
+            raise ValueError("training failed")
+    assert fake.calls == [True, False]
+
+
+@pytest.mark.parametrize("case", ["disabled", "already kept", "env var", "tunables",
+                                  "preload", "not glibc"])  # fmt: skip
+def test_block_leaves_what_it_did_not_set(monkeypatch, case):
+    fake = _FakeGlibc(monkeypatch)
+    enabled = case != "disabled"
+    if case == "already kept":
+        memory._KEPT[0] = True  # the launcher or the user kept them before
+    elif case == "env var":
+        monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "1048576")
+    elif case == "tunables":
+        monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=0")
+    elif case == "preload":
+        monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    elif case == "not glibc":
+        monkeypatch.setattr(memory, "glibc", lambda: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an optimization the block skips: no warning
+        with memory.freed_memory_kept(enabled) as changed:
+            assert changed is False
+    assert fake.calls == []
+    assert memory._KEPT[0] is (case == "already kept")
+
+
+PATCH_PROBE = PROBE.split("import dgl_rsc, dgl_rsc.nn")[0] + textwrap.dedent(
+    """
+    import dgl, torch, dgl_rsc
+    from dgl.nn import GraphConv
+    g = dgl.add_self_loop(dgl.rand_graph(50, 300))
+    conv = GraphConv(8, 8)
+    x = torch.randn(50, 8)
+    out = {"before": mmapped_by_malloc()}
+    with dgl_rsc.patch(budget=1.0) as rsc:
+        conv(g, x).sum().backward()
+        out["inside"] = mmapped_by_malloc()
+    out["after"] = mmapped_by_malloc()
+    with dgl_rsc.patch(budget=1.0, keep_freed_memory=False):
+        out["inside_off"] = mmapped_by_malloc()
+    print(json.dumps(out))
+    """
+)
+
+
+def test_dgl_patch_keeps_freed_memory_inside_its_block_only():
+    pytest.importorskip("dgl")
+    if not _glibc_with_mallinfo2():
+        pytest.skip("needs glibc >= 2.33 (mallinfo2) to probe the allocator's settings")
+    import json
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in memory._USER_ENV}
+    res = subprocess.run([sys.executable, "-c", PATCH_PROBE], capture_output=True, text=True,
+                         timeout=300, check=True, env=env)  # fmt: skip
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"before": 1, "inside": 0, "after": 1, "inside_off": 1}

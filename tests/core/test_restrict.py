@@ -20,6 +20,15 @@ from dgl_rsc.sparse.graph import Graph
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
+@pytest.fixture(autouse=True)
+def same_allocation(monkeypatch):
+    """The restricted run's solver priced as the reference's (no row cost), so that both
+    draw the same samples and their gradients compare row for row; the row cost's effect on
+    the allocation is ``tests/core/test_solver.py``'s subject."""
+    monkeypatch.setattr(R, "segment_row_work", lambda *args: 0.0)
+
+
 N, FEATS, CLASSES = 300, 20, 6
 BASE = dict(min_width=0, cache_interval=3, tune_interval=6, warmup_steps=1, guard=False,
             total_steps=40, remainder_groups=4)  # fmt: skip

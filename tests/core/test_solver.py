@@ -139,3 +139,75 @@ def test_budget_moves_to_the_layer_that_needs_it():
     alloc = allocate(problems, 0.3 * total)
     assert alloc.k[0] < alloc.k[1]
     assert alloc.k[0] >= 10
+
+
+def test_row_cost_is_counted_per_kept_row():
+    gen = torch.Generator().manual_seed(3)
+    plain = random_problems(gen, 3, 400, "cost")
+    priced = [LayerProblem(p.key, p.mass, p.nnz, p.width, row_cost=500.0) for p in plain]
+    ks = [100, 50, 0]
+    (e0, c0), (e1, c1) = objective(plain, ks), objective(priced, ks)
+    assert e1 == e0 and c1 == pytest.approx(c0 + 500.0 * sum(ks))
+    total = objective(priced, [int((p.key > 0).sum()) for p in priced])[1]
+    alloc = allocate(priced, 0.3 * total)
+    assert alloc.cost <= 0.3 * total
+    assert alloc.cost == pytest.approx(objective(priced, alloc.k)[1])
+
+
+def test_budget_moves_away_from_the_layer_whose_rows_cost_more():
+    # two layers alike in every non-zero; the second's rows carry a restricted dense backward
+    n = 300
+    gen = torch.Generator().manual_seed(0)
+    s = torch.rand(n, generator=gen) + 0.1
+    nnz = torch.full((n,), 4)
+    same = [LayerProblem(s, s, nnz, 32), LayerProblem(s, s, nnz, 32)]
+    budget = 0.4 * objective(same, [n, n])[1]
+    even = allocate(same, budget)
+    assert abs(even.k[0] - even.k[1]) <= 1
+    priced = [same[0], LayerProblem(s, s, nnz, 32, row_cost=4 * 32.0)]
+    alloc = allocate(priced, budget)
+    assert alloc.k[1] < alloc.k[0]
+    assert alloc.cost <= budget
+
+
+def test_the_controller_prices_restricted_rows(monkeypatch):
+    """Under ``restrict`` the restricted segment's forward sets its product's row work and
+    the solver's problems carry it; with ``restrict`` off they carry none."""
+    import torch.nn.functional as F
+
+    import dgl_rsc.nn as rnn
+    from dgl_rsc.core import restrict as R
+    from dgl_rsc.models import GCN
+    from dgl_rsc.sparse.graph import Graph
+
+    g = torch.Generator().manual_seed(0)
+    n = 200
+    src, dst = torch.randint(0, n, (1600,), generator=g), torch.randint(0, n, (1600,), generator=g)
+    graph = Graph(torch.cat([src, dst]), torch.cat([dst, src]), n)
+    x, y = torch.randn(n, 12, generator=g), torch.randint(0, 4, (n,), generator=g)
+    seen = {}
+    for mode in ("off", "weights"):
+        torch.manual_seed(0)
+        model = GCN(12, 4, hidden=16, layers=3)
+        model.fused_epilogue = False
+        ctl = rnn.attach(model, budget=0.3, min_width=0, warmup_steps=1, cache_interval=2,
+                         tune_interval=4, total_steps=40, restrict=mode)  # fmt: skip
+        captured = []
+        orig = type(ctl)._problems
+
+        def spy(self, ready, orig=orig, captured=captured):
+            out = orig(self, ready)
+            captured.append([p.row_cost for p in out[0]])
+            return out
+
+        monkeypatch.setattr(type(ctl), "_problems", spy)
+        for _ in range(10):
+            model.zero_grad()
+            F.cross_entropy(model(graph, x), y).backward()
+            ctl.step()
+        seen[mode] = captured[-1]
+    assert seen["off"] and all(c == 0.0 for c in seen["off"])
+    # the first sampled product (layer 1's aggregation) reads its dZ from the segment of
+    # layer 1's aggregate-first 16 x 16 weight and layer 2's transform-first 16 x 4 weight
+    expected = R.segment_row_work(16, 16, 16 * 16, 16 * 4, "weights", True)
+    assert seen["weights"][0] == pytest.approx(expected) and expected > 0

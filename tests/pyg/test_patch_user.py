@@ -163,3 +163,27 @@ def test_sparse_adjacency_reuses_its_sample_like_edge_index(kind):
     assert got["cache_hits"] == ref["cache_hits"] > 0
     assert got["nnz_exact"] == ref["nnz_exact"]
     assert abs(got["visited_fraction"] - ref["visited_fraction"]) < 0.02, (got, ref)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_patch_keeps_freed_memory_for_its_block_only(monkeypatch, keep):
+    from dgl_rsc.base import memory
+
+    calls = []
+    monkeypatch.setattr(memory, "glibc", lambda: object())
+    monkeypatch.setattr(memory, "_KEPT", [False])
+    for var in ("LD_PRELOAD", "GLIBC_TUNABLES", *memory._USER_ENV):
+        monkeypatch.delenv(var, raising=False)
+
+    def fake_keep(keep=True):  # recorded, not applied: the test process stays as it is
+        calls.append(keep)
+        memory._KEPT[0] = keep
+        return True
+
+    monkeypatch.setattr(memory, "keep_freed_memory", fake_keep)
+    x, ei = graph()
+    with rp.patch(budget=0.5, keep_freed_memory=keep) as rsc:
+        assert memory._KEPT[0] is keep
+        train_step(GCN(), x, ei, rsc)
+    assert calls == ([True, False] if keep else [])
+    assert memory._KEPT[0] is False

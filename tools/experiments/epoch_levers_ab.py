@@ -39,8 +39,9 @@ from bench_common import machine, write_json
 
 from dgl_rsc.base.memory import keep_freed_memory, peak_rss_bytes
 from dgl_rsc.dgl.nn.input_cache import cache_input_aggregation, input_cache_counts
-from dgl_rsc.launcher.train import _setup, _train_step, prepare
+from dgl_rsc.launcher.train import _PATCHES, _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
+from dgl_rsc.models.engines import get_engine
 from dgl_rsc.sparse import engine_pick
 
 CHOICES = {"method": ("exact", "rsc", "stock"), "alloc": ("kept", "default"),
@@ -88,6 +89,15 @@ def main(argv=None) -> int:
         if hasattr(run.model, "fused_epilogue"):
             run.model.fused_epilogue = o["fused"] == "on"
     names = list(runs)
+    family = get_engine(cfg.train.engine)
+
+    def epoch_ctx(run):
+        """The run's context for one epoch: a patch is a one-shot context manager (and
+        patches do not nest), so a patched variant opens a fresh one on its controller."""
+        if family.patched and run.ctl is not None:
+            return _PATCHES[family.family](run.ctl, keep_freed_memory=False)  # set here
+        return run.ctx
+
     if args.alloc_blocks:  # every variant under both settings, block by block
         keys = [(n, a) for n in names for a in ("default", "kept")]
     else:
@@ -111,7 +121,7 @@ def main(argv=None) -> int:
                 keep_freed_memory(alloc == "kept")  # per epoch: faults of kept overstated
             run = runs[name]
             engine_pick.CPU_ENGINE = variants[name]["engine"]
-            with run.ctx:
+            with epoch_ctx(run):
                 step = _train_step(run, prep)
             if r >= args.warmup and not transition:
                 times[name, alloc].append(step["epoch_s"])
@@ -122,7 +132,7 @@ def main(argv=None) -> int:
     out = {"machine": machine(prep.device), "command": " ".join(sys.argv), "config": args.config,
            "sets": args.sets, "rounds": args.rounds, "warmup": args.warmup,
            "alloc_blocks": args.alloc_blocks,
-           "note": "2-core VM shared with other agents' jobs: ratios are interleaved",
+           "load_average_1min": os.getloadavg()[0],  # at the end: other jobs running?
            "reference": "/".join(first), "variants": {}}  # fmt: skip
     for k in keys:
         name, alloc = k
