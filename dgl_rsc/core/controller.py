@@ -23,7 +23,7 @@ from .config import RSCConfig
 from .guard import Guard
 from .layer_state import LayerState
 from .slot import LayerSlot
-from .solver import LayerProblem, allocate
+from .solver import LayerProblem, allocate, full_cost
 from .step_info import StepInfo
 
 __all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP", "MISSING_STEP_MESSAGE"]
@@ -282,11 +282,9 @@ class RSCController:
 
     def _solve_fixed(self, ready: list) -> None:
         """The greedy allocation of the fixed budget (times the guard's boost) in work units
-        (``nnz * width``, plus each kept row's restricted dense and elementwise work under
-        ``restrict``) over :meth:`_problems`; this process keeps :meth:`_share`."""
+        (``nnz * width`` plus ``row_cost`` per row) over :meth:`_problems`; kept: :meth:`_share`."""
         problems, fixed_nnz, owners = self._problems(ready)
-        exact_work = sum((float(p.nnz.sum()) + f) * p.width + p.row_cost * p.nnz.numel()
-                         for p, f in zip(problems, fixed_nnz))  # fmt: skip
+        exact_work = sum(full_cost(p) + f * p.width for p, f in zip(problems, fixed_nnz))
         fixed_work = sum(f * p.width for p, f in zip(problems, fixed_nnz))
         budget = min(self.config.fraction * self.boost, 1.0)
         alloc = allocate(problems, max(budget * exact_work - fixed_work, 0.0))
@@ -302,8 +300,7 @@ class RSCController:
         rule = get_rule(cfg.rule)
         problems = [
             LayerProblem(selection_key(s.ema, s.row_nnz, cfg.rule), rule.mass(s.ema),
-                         s.row_nnz, s.stats.width, cfg.min_k,
-                         s.row_work if cfg.restrict != "off" else 0.0)
+                         s.row_nnz, s.stats.width, cfg.min_k, s.row_work * (cfg.restrict != "off"))
             for s in ready
         ]  # fmt: skip
         return problems, [float(s.fixed_nnz) for s in ready], None

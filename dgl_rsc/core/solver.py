@@ -34,7 +34,7 @@ import torch
 
 from ..sampling.order import stable_order
 
-__all__ = ["LayerProblem", "Allocation", "allocate", "objective"]
+__all__ = ["LayerProblem", "Allocation", "allocate", "objective", "full_cost"]
 
 
 @dataclass
@@ -79,6 +79,11 @@ def _prefix_tables(p: LayerProblem):
     total = float(mass.sum())
     cost = p.nnz.double()[order] * p.width + float(p.row_cost)
     return order, mass, cost, max(total, 0.0)
+
+
+def full_cost(p: LayerProblem) -> float:
+    """The cost of keeping every row of ``p`` (the exact backward's work in solver units)."""
+    return float(p.nnz.sum()) * p.width + float(p.row_cost) * p.nnz.numel()
 
 
 def objective(problems: Sequence[LayerProblem], ks: Sequence[int]) -> tuple[float, float]:
