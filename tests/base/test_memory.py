@@ -162,6 +162,7 @@ PATCH_PROBE = PROBE.split("import dgl_rsc, dgl_rsc.nn")[0] + textwrap.dedent(
 )
 
 
+@pytest.mark.dgl
 def test_dgl_patch_keeps_freed_memory_inside_its_block_only():
     pytest.importorskip("dgl")
     if not _glibc_with_mallinfo2():
