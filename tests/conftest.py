@@ -83,6 +83,28 @@ def one_thread():
 
 
 @pytest.fixture
+def fake_glibc(monkeypatch):
+    """``keep_freed_memory``'s calls recorded (the list this yields) instead of made: glibc
+    present, nothing kept yet, no allocator chosen through the environment; the test
+    process's allocator stays as it is."""
+    from dgl_rsc.base import memory
+
+    calls = []
+    monkeypatch.setattr(memory, "glibc", lambda: object())
+    monkeypatch.setattr(memory, "_KEPT", [False])
+    for var in ("LD_PRELOAD", "GLIBC_TUNABLES", *memory._USER_ENV):
+        monkeypatch.delenv(var, raising=False)
+
+    def keep(keep=True):
+        calls.append(keep)
+        memory._KEPT[0] = keep
+        return True
+
+    monkeypatch.setattr(memory, "keep_freed_memory", keep)
+    return calls
+
+
+@pytest.fixture
 def ogb_ready():
     """The OGB loader tests' dependencies (the tests also carry the ``dgl`` marker)."""
     if not _deps.dgl_available():

@@ -86,44 +86,22 @@ def test_fault_and_rss_counters_count():
     assert memory.peak_rss_bytes() >= size
 
 
-class _FakeGlibc:
-    """``keep_freed_memory``'s calls recorded instead of made (the test process's allocator
-    stays as it is)."""
-
-    def __init__(self, monkeypatch):
-        self.calls = []
-        monkeypatch.setattr(memory, "glibc", lambda: object())
-        monkeypatch.setattr(memory, "_KEPT", [False])
-        for var in ("LD_PRELOAD", "GLIBC_TUNABLES", *memory._USER_ENV):
-            monkeypatch.delenv(var, raising=False)
-
-        def keep(keep=True):
-            self.calls.append(keep)
-            memory._KEPT[0] = keep
-            return True
-
-        monkeypatch.setattr(memory, "keep_freed_memory", keep)
-
-
-def test_block_keeps_freed_memory_and_restores_on_exit(monkeypatch):
-    fake = _FakeGlibc(monkeypatch)
+def test_block_keeps_freed_memory_and_restores_on_exit(fake_glibc):
     with memory.freed_memory_kept() as changed:
         assert changed is True and memory._KEPT[0] is True
-    assert fake.calls == [True, False] and memory._KEPT[0] is False
+    assert fake_glibc == [True, False] and memory._KEPT[0] is False
 
 
-def test_block_restores_after_an_exception(monkeypatch):
-    fake = _FakeGlibc(monkeypatch)
+def test_block_restores_after_an_exception(fake_glibc):
     with pytest.raises(ValueError):
         with memory.freed_memory_kept():
             raise ValueError("training failed")
-    assert fake.calls == [True, False]
+    assert fake_glibc == [True, False]
 
 
 @pytest.mark.parametrize("case", ["disabled", "already kept", "env var", "tunables",
                                   "preload", "not glibc"])  # fmt: skip
-def test_block_leaves_what_it_did_not_set(monkeypatch, case):
-    fake = _FakeGlibc(monkeypatch)
+def test_block_leaves_what_it_did_not_set(monkeypatch, fake_glibc, case):
     enabled = case != "disabled"
     if case == "already kept":
         memory._KEPT[0] = True  # the launcher or the user kept them before
@@ -139,7 +117,7 @@ def test_block_leaves_what_it_did_not_set(monkeypatch, case):
         warnings.simplefilter("error")  # an optimization the block skips: no warning
         with memory.freed_memory_kept(enabled) as changed:
             assert changed is False
-    assert fake.calls == []
+    assert fake_glibc == []
     assert memory._KEPT[0] is (case == "already kept")
 
 

@@ -166,24 +166,12 @@ def test_sparse_adjacency_reuses_its_sample_like_edge_index(kind):
 
 
 @pytest.mark.parametrize("keep", [True, False])
-def test_patch_keeps_freed_memory_for_its_block_only(monkeypatch, keep):
+def test_patch_keeps_freed_memory_for_its_block_only(fake_glibc, keep):
     from dgl_rsc.base import memory
 
-    calls = []
-    monkeypatch.setattr(memory, "glibc", lambda: object())
-    monkeypatch.setattr(memory, "_KEPT", [False])
-    for var in ("LD_PRELOAD", "GLIBC_TUNABLES", *memory._USER_ENV):
-        monkeypatch.delenv(var, raising=False)
-
-    def fake_keep(keep=True):  # recorded, not applied: the test process stays as it is
-        calls.append(keep)
-        memory._KEPT[0] = keep
-        return True
-
-    monkeypatch.setattr(memory, "keep_freed_memory", fake_keep)
     x, ei = graph()
     with rp.patch(budget=0.5, keep_freed_memory=keep) as rsc:
         assert memory._KEPT[0] is keep
         train_step(GCN(), x, ei, rsc)
-    assert calls == ([True, False] if keep else [])
+    assert fake_glibc == ([True, False] if keep else [])
     assert memory._KEPT[0] is False
