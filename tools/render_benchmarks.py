@@ -591,6 +591,19 @@ def int8_table(names: list) -> str:
     return int8_accuracy.render([str(RESULTS / n) for n in names]).rstrip("\n")
 
 
+def int8_epochs(names: list) -> str:
+    """tools/experiments/compile_int8_epochs.py: median epochs, interleaved, against fp32"""
+    out = ["| config | variant | median epoch | vs fp32 | machine, date |", "|---|---|---|---|---|"]
+    for name in names:
+        d = _load(name)
+        m = d["machine"]
+        where = f"{m['cpus']} CPUs, torch {m['torch'].split('+')[0]}, {m['date'][:10]}"
+        for variant, row in d["variants"].items():
+            out.append(f"| {Path(d['config']).name} | {variant} | {row['median_ms']:.0f} ms "
+                       f"| {row['speedup_vs_fp32']:.2f}x | {where} |")  # fmt: skip
+    return "\n".join(out)
+
+
 #: the tta_sweep rows of the page: (label, files, variant, budget)
 TTA_CPU = [
     ("quickstart GCN (30k nodes, degree 50)", ["tta_gather_quickstart_vm2.json"], "default", 0.1),
@@ -701,6 +714,7 @@ BLOCKS = {
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
+    "int8-cpu-epochs": lambda: int8_epochs(["compile_int8cpu_200k.json"]),
     "minibatch": lambda: parity("minibatch_small.json"),
 }
 #: tools/profile_run.py results, one table

@@ -5,12 +5,16 @@ engine (:data:`INT_MM`):
 
 * ``"int_mm"``: ``torch._int_mm`` (CUDA, and CPUs with int8 dot-product instructions where
   this torch has a CPU kernel: not 2.2; operands padded to its shape rules with zeros);
-* ``"float64"``: the CPU engine elsewhere -- no CPU ``_int_mm`` (torch 2.2), or a CPU
+* ``"float32"``: the CPU engine elsewhere -- no CPU ``_int_mm`` (torch 2.2), or a CPU
   without VNNI/AMX, where ``_int_mm`` is 30-60x slower than fp32
-  (:func:`dgl_rsc.base._deps.int_mm_fast_on_cpu`): the codes as float64 through BLAS.
-  Every partial sum is an integer of magnitude ``<= K * 127^2 < 2^53``, so each addition is
-  exact whatever order BLAS adds in, and the result equals the int32 accumulation bit for
-  bit;
+  (:func:`dgl_rsc.base._deps.int_mm_fast_on_cpu`): the codes as float32 through BLAS, over
+  slices of at most :data:`F32_EXACT_K` of the contraction. Every partial sum of a slice is
+  an integer of magnitude ``<= 1040 * 127^2 < 2^24``, so each addition is exact whatever
+  order BLAS adds in; the slices' integers are summed in int32, and the result equals the
+  int32 accumulation bit for bit, at fp32 GEMM speed (twice float64's). Used only while
+  torch computes fp32 products in fp32 (``torch.get_float32_matmul_precision() ==
+  "highest"``): a user who lets them run in bf16 or TF32 gets ``"float64"``;
+* ``"float64"``: the same with float64 (partial sums ``< 2^53``: no slicing);
 * ``"int64"``: ``torch.matmul`` on int64 codes, the slow reference.
 
 Every engine refuses ``K > MAX_K`` (an int32 sum of ``K`` products ``127 * 127`` could then
@@ -33,9 +37,29 @@ from ..base import _deps
 from .quantize import QMAX, quantize
 from .spec import Int8State
 
-__all__ = ["MAX_K", "INT_MM", "int_mm", "int8_mm", "int8_matmul", "Int8Matmul"]
+__all__ = ["MAX_K", "F32_EXACT_K", "INT_MM", "int_mm", "int8_mm", "int8_matmul", "Int8Matmul"]
 
 MAX_K = (2**31 - 1) // (QMAX * QMAX)  #: 133143: longest int32-safe contraction
+
+
+F32_EXACT_K = 2**24 // (QMAX * QMAX)  #: 1040: longest contraction whose sums fp32 holds exactly
+
+
+def _float32(qa, qb):
+    a, b = qa.float(), qb.float()
+    k = a.shape[1]
+    if k <= F32_EXACT_K:
+        return torch.matmul(a, b).to(torch.int32)
+    acc = None
+    for s in range(0, k, F32_EXACT_K):
+        part = torch.matmul(a[:, s : s + F32_EXACT_K], b[s : s + F32_EXACT_K]).to(torch.int32)
+        acc = part if acc is None else acc.add_(part)
+    return acc
+
+
+def _fp32_is_exact() -> bool:
+    """``True`` while torch runs fp32 matrix products in fp32 (no bf16/TF32 shortcut)."""
+    return torch.get_float32_matmul_precision() == "highest"
 
 
 def _float64(qa, qb):
@@ -63,13 +87,14 @@ def _torch_int_mm(qa, qb):
     return out[:m, :n]
 
 
-INT_MM = {"int_mm": _torch_int_mm, "float64": _float64, "int64": _int64}
+INT_MM = {"int_mm": _torch_int_mm, "float32": _float32, "float64": _float64, "int64": _int64}
 
 
 def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> torch.Tensor:
     """``(M, N)`` int32 ``qa (M, K) @ qb (K, N)`` (both int8). ``engine``: a key of
     :data:`INT_MM`; ``None`` picks ``"int_mm"`` on CUDA and on CPUs where torch's kernel is
-    fast, ``"float64"`` elsewhere (both give the same integers)."""
+    fast, ``"float32"`` elsewhere (``"float64"`` where fp32 products are allowed to round
+    below fp32); all give the same integers."""
     if qa.dtype != torch.int8 or qb.dtype != torch.int8:
         raise TypeError(f"int_mm takes int8 operands, got {qa.dtype} and {qb.dtype}.")
     if qa.dim() != 2 or qb.dim() != 2 or qa.shape[1] != qb.shape[0]:
@@ -81,8 +106,10 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
             "sum of int8 products can overflow; split the product or keep it in fp32."
         )
     if engine is None:
-        native = qa.device.type == "cuda" or _deps.int_mm_fast_on_cpu()
-        engine = "int_mm" if native else "float64"
+        if qa.device.type == "cuda" or _deps.int_mm_fast_on_cpu():
+            engine = "int_mm"
+        else:
+            engine = "float32" if _fp32_is_exact() else "float64"
     if engine not in INT_MM:
         raise ValueError(f"engine={engine!r} is not one of {', '.join(INT_MM)}.")
     if qa.shape[0] == 0 or qb.shape[1] == 0 or k == 0:

@@ -5,9 +5,11 @@ What runs in INT8 (int8 operands, int32 accumulation, one fp32 dequantize per pr
 * every sparse product of a quantized convolution: the forward ``A @ X``, the exact backward
   ``A^T @ dY`` and RSC's sampled backward ``A[S, :]^T @ dY[S, :]``;
 * the weight products of :class:`~dgl_rsc.nn.GraphConv` (``X @ W`` and both of its
-  gradients).
+  gradients) on CUDA and on CPUs with int8 dot-product instructions (``dense="auto"``;
+  ``"int8"`` or ``"fp32"`` everywhere).
 
-What stays in fp32 (the rule): the last convolution of the model (``keep_last=True``: its
+What stays in fp32 (the rule): the first layer's aggregation where it is computed once per
+run (:mod:`dgl_rsc.dgl.nn.input_cache`), the last convolution of the model (``keep_last=True``: its
 output is the logits), the degree normalization values (applied in fp32 before quantizing or
 at the dequantize), bias, activation, dropout, batch normalization, softmax and loss, the
 parameters themselves and the optimizer state (INT8 codes exist only inside a product), the
@@ -47,6 +49,7 @@ def quantize_model(
     seed: int = 0,
     keep_last: bool = True,
     backend: str = "auto",
+    dense: str = "auto",
 ) -> list:
     """Run the products of ``model``'s dgl_rsc convolutions in INT8 (see the module doc for
     what stays in fp32). Works with or without RSC attached (:func:`dgl_rsc.nn.attach`), in
@@ -60,11 +63,14 @@ def quantize_model(
             :class:`~dgl_rsc.int8.spec.Int8State`).
         keep_last: leave the last convolution in fp32.
         backend: kernels of the sparse products (:func:`dgl_rsc.backends.resolve_int8`).
+        dense: where the weight products run in INT8 (:class:`~dgl_rsc.int8.spec.Int8Spec`:
+            ``"auto"`` where the hardware has int8 GEMMs).
 
     Raises:
         ValueError: ``model`` has no dgl_rsc convolution, or an option is invalid.
     """
-    spec = Int8Spec(rounding=rounding, seed=seed, keep_last=keep_last, backend=backend)
+    spec = Int8Spec(rounding=rounding, seed=seed, keep_last=keep_last, backend=backend,
+                    dense=dense)  # fmt: skip
     convs = _convs(model)
     if not convs:
         raise ValueError(

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
+from ..base import _deps
 from ..quant.rounding import stream_seed
 
-__all__ = ["ROUNDINGS", "PRECISIONS", "Int8Spec", "Int8State"]
+__all__ = ["ROUNDINGS", "PRECISIONS", "DENSE", "Int8Spec", "Int8State"]
 
 ROUNDINGS = ("nearest", "stochastic")
 PRECISIONS = ("fp32", "int8")
+DENSE = ("auto", "int8", "fp32")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,12 +34,20 @@ class Int8Spec:
             softmax/loss directly).
         backend: kernels of the sparse product: ``"auto"``, ``"torch"``, ``"numba-cpu"``,
             ``"numba"`` or ``"cupy"`` (:func:`dgl_rsc.backends.resolve_int8`).
+        dense: the weight products (``X @ W`` and its gradients): ``"int8"``, ``"fp32"``, or
+            ``"auto"``: INT8 on CUDA and on CPUs with int8 dot-product instructions
+            (:func:`dgl_rsc.base._deps.int_mm_fast_on_cpu`), fp32 elsewhere. An INT8 GEMM
+            without those instructions costs an fp32 GEMM plus the quantization passes
+            (the integers go through fp32 BLAS, :mod:`dgl_rsc.int8.gemm`), so it can only
+            be slower; the sparse products, bound by the bytes they gather, are INT8
+            everywhere.
     """
 
     rounding: str = "stochastic"
     seed: int = 0
     keep_last: bool = True
     backend: str = "auto"
+    dense: str = "auto"
 
     def __post_init__(self):
         if self.rounding not in ROUNDINGS:
@@ -47,6 +59,17 @@ class Int8Spec:
             raise ValueError(f"seed must be a non-negative int, got {self.seed!r}.")
         if not isinstance(self.keep_last, bool):
             raise ValueError(f"keep_last must be True or False, got {self.keep_last!r}.")
+        if self.dense not in DENSE:
+            raise ValueError(
+                f"dense={self.dense!r} is not one of {', '.join(DENSE)}; use 'auto' (INT8 "
+                "weight products where the hardware has int8 GEMMs), 'int8' or 'fp32'."
+            )
+
+    def dense_int8(self, device) -> bool:
+        """Whether the weight products run in INT8 on ``device`` (see ``dense``)."""
+        if self.dense != "auto":
+            return self.dense == "int8"
+        return torch.device(device).type == "cuda" or _deps.int_mm_fast_on_cpu()
 
 
 class Int8State:

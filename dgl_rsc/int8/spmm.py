@@ -47,6 +47,19 @@ def _q(state: Int8State, x: torch.Tensor, dim):
     return quantize(x, dim, "stochastic", state.next_seed(), codes)
 
 
+def _quantize_scaled(state: Int8State, x: torch.Tensor, col: Optional[torch.Tensor]):
+    """Codes and per-column scales of ``diag(col) x``: the kernel module's fused
+    ``quantize_columns`` where it has one (one pass for the maxima, one for the codes, no
+    scaled copy: the CPU kernels), else the scaled copy quantized by :func:`_q`."""
+    kernels = resolve_int8(state.spec.backend, x.device)
+    fused = getattr(kernels, "quantize_columns", None)
+    col = None if col is None else col.detach().float()
+    if fused is None:
+        return _q(state, x if col is None else x * col.reshape(-1, 1), 0)
+    rounding = "stochastic" if state.stochastic else "nearest"
+    return fused(x, col, rounding, state.next_seed() if state.stochastic else 0)
+
+
 def int8_csr_mm(
     A: CSR,
     X: torch.Tensor,
@@ -63,10 +76,7 @@ def int8_csr_mm(
         return X.new_zeros((m, d))
     has_values = A.values is not None
     check_accumulator(A, has_values)
-    x = X.detach().float()
-    if col is not None:
-        x = x * col.detach().float().reshape(-1, 1)
-    qX, sX = _q(state, x, 0)
+    qX, sX = _quantize_scaled(state, X.detach().float(), col)
     col_scale = sX.reshape(d)
     qv = None
     if has_values:

@@ -33,6 +33,7 @@ from typing import Any, Optional
 from ..base.names import did_you_mean
 from ..core.config import ConfigError, RSCConfig, unknown_key_message
 from ..data.reorder import NODE_ORDERS
+from ..int8.spec import DENSE as INT8_DENSE
 from ..int8.spec import PRECISIONS, ROUNDINGS
 from ..models.engines import ENGINES as _ENGINES
 from ..models.paper import model_params
@@ -110,6 +111,7 @@ class TrainConfig:
     batches_per_epoch: Optional[int] = None
     precision: str = "fp32"
     int8_rounding: str = "stochastic"
+    int8_dense: str = "auto"
     keep_freed_memory: bool = True
     compile: bool = False
     fused_epilogue: bool = True
@@ -135,6 +137,7 @@ TRAIN_RULES = {
     "batches_per_epoch": Rule(int, 1, optional=True),
     "precision": Rule(str, choices=PRECISIONS),
     "int8_rounding": Rule(str, choices=ROUNDINGS),
+    "int8_dense": Rule(str, choices=INT8_DENSE),
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
     "fused_epilogue": Rule(bool),

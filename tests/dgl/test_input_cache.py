@@ -210,3 +210,27 @@ def test_a_layer_with_a_built_cache_pickles_without_it():
     copy = pickle.loads(pickle.dumps(layer))
     assert input_cache_counts(copy)["bytes"] == 0 and input_cache_counts(layer)["bytes"] > 0
     torch.testing.assert_close(copy(g, x), want)
+
+
+def test_an_int8_layer_reuses_an_fp32_aggregation():
+    """INT8 layers use the cache too; the cached product is fp32 (no rounding error kept for
+    the run), so the layer's output equals the fp32 layer's where its transform is fp32."""
+    from dgl_rsc.int8 import Int8Spec, Int8State
+
+    g, x = graph(), torch.randn(80, 12)
+    torch.manual_seed(0)
+    layer = rnn.exact(rnn.GraphConv(12, 20))
+    fp32 = rnn.exact(rnn.GraphConv(12, 20))
+    fp32.load_state_dict(layer.state_dict())
+    state = Int8State(Int8Spec(rounding="stochastic", dense="fp32"))
+    layer.rsc_set_int8(state)
+    got, want = steps(layer, g, x), steps(fp32, g, x)
+    counts = input_cache_counts(layer)
+    assert (counts["builds"], counts["hits"]) == (1, 1) and layer.rsc_int8() is state
+    # the first call (before the same features came back) aggregated in INT8; then none
+    assert state.calls == 1
+    assert not torch.allclose(got[0][0], want[0][0], rtol=1e-5, atol=1e-5)
+    for (y, grads), (y0, grads0) in zip(got[1:], want[1:]):
+        torch.testing.assert_close(y, y0, rtol=1e-5, atol=1e-5)
+        for k in grads0:
+            torch.testing.assert_close(grads[k], grads0[k], rtol=1e-5, atol=1e-5)

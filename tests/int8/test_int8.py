@@ -27,7 +27,7 @@ from dgl_rsc.int8 import (
     quantize,
     quantize_model,
 )
-from dgl_rsc.int8.gemm import MAX_K, int_mm_any_k
+from dgl_rsc.int8.gemm import F32_EXACT_K, MAX_K, int_mm_any_k
 from dgl_rsc.int8.quantize import torch_codes
 from dgl_rsc.models import build_model
 from dgl_rsc.nn import attach
@@ -141,6 +141,23 @@ def test_codes_numba_cpu_bit_exact(dim, rounding):
     assert torch.equal(q0, q1)
 
 
+@needs_numba
+@pytest.mark.parametrize("rounding", ROUNDINGS)
+@pytest.mark.parametrize("scaled", [True, False], ids=["col", "nocol"])
+def test_quantize_columns_fused_equals_scaled_copy(rounding, scaled):
+    """The CPU kernels' fused ``quantize_columns`` (no scaled copy) gives the codes and scales
+    of quantizing ``x * col[:, None]`` per column, bit for bit (NaN, a zero column, Inf)."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(3000, 37, generator=gen) * 3
+    x[5, 2], x[:, 7], x[9, 9] = float("nan"), 0.0, float("inf")
+    col = torch.rand(3000, generator=gen) + 0.1 if scaled else None
+    want_q, want_s = quantize(x if col is None else x * col.reshape(-1, 1), 0, rounding, seed=21)
+    got_q, got_s = resolve_int8("numba-cpu", "cpu").quantize_columns(x, col, rounding, 21)
+    assert torch.equal(got_q, want_q)
+    assert torch.equal(got_s.isnan(), want_s.isnan())
+    assert torch.equal(got_s.nan_to_num(), want_s.nan_to_num()) and got_s.shape == (1, 37)
+
+
 # -- dense products -----------------------------------------------------------------------------
 def test_int_mm_engines_bit_exact_and_limit():
     gen = torch.Generator().manual_seed(3)
@@ -150,6 +167,11 @@ def test_int_mm_engines_bit_exact_and_limit():
     want = int_mm(a, b, "int64")
     got = int_mm(a, b, "float64")
     assert got.dtype == torch.int32 and torch.equal(got, want)
+    for k in (F32_EXACT_K - 1, F32_EXACT_K, F32_EXACT_K + 1, 3000):  # fp32 over exact slices
+        sliced = int_mm(a[:, :k].contiguous(), b[:k], "float32")
+        assert sliced.dtype == torch.int32
+        assert torch.equal(sliced, int_mm(a[:, :k].contiguous(), b[:k], "int64"))
+    assert int(int_mm(a, b, "float32")[0, 0]) == 3000 * 127 * 127
     assert torch.equal(int_mm(a, b), want)  # the default engine of this torch
     if _deps.int_mm_on_cpu():  # torch >= 2.3-ish: the native kernel, padded to its shapes
         assert torch.equal(int_mm(a[:5, :3000], b[:, :3], "int_mm"), want[:5, :3])
@@ -222,6 +244,27 @@ def test_int8_spmm_kernels_bit_exact(index, values):
     for row in (None, rf):
         assert torch.equal(cpu.int8_spmm(A.indptr, A.indices, qv, qx, row, cs),
                            ref.int8_spmm(A.indptr, A.indices, qv, qx, row, cs))  # fmt: skip
+
+
+@needs_numba
+@pytest.mark.parametrize("values", [False, True], ids=["binary", "valued"])
+def test_int8_spmm_cpu_long_rows_at_the_code_limits(values):
+    """Rows longer than the kernel's int16 span (and around it), every term at +-127: the
+    span sums must not overflow, so the integers equal the int32 reference's."""
+    from dgl_rsc.backends.int8_cpu import INT16_SPAN
+
+    gen = torch.Generator().manual_seed(9)
+    lengths = [0, 1, 3, INT16_SPAN - 1, INT16_SPAN, INT16_SPAN + 1, 2 * INT16_SPAN + 3, 1500]
+    indptr = torch.tensor([0] + lengths).cumsum(0)
+    indices = torch.randint(0, 40, (int(indptr[-1]),), generator=gen)
+    qx = torch.randint(-127, 128, (40, 33), dtype=torch.int8, generator=gen)
+    qx[:, 0], qx[:, 1] = 127, -127
+    qv = torch.full((indices.numel(),), -127, dtype=torch.int8) if values else None
+    want = ref.int8_spmm_acc(indptr, indices, qv, qx)
+    got = resolve_int8("numba-cpu", "cpu").int8_spmm_acc(indptr, indices, qv, qx)
+    assert torch.equal(got, want)
+    sign = -127 if values else 1
+    assert got[-1, 0].item() == sign * 127 * 1500 and got[-1, 1].item() == -sign * 127 * 1500
 
 
 @pytest.mark.parametrize("backend", ["torch", pytest.param("numba-cpu", marks=needs_numba)])

@@ -47,10 +47,24 @@ def test_schema_precision_rules():
         _resolve(precision="int4")
     with pytest.raises(ConfigError, match="int8_rounding"):
         _resolve(int8_rounding="up")
+    assert _resolve().train.int8_dense == "auto"
+    with pytest.raises(ConfigError, match=r"train.int8_dense='gemm' is not one of auto, int8"):
+        _resolve(int8_dense="gemm")
     with pytest.raises(ConfigError, match="train.engine: native"):
         _resolve(engine="patch")
     with pytest.raises(ConfigError, match="train.amp"):
         _resolve(amp="bf16")
+
+
+@pytest.mark.parametrize("dense", ["auto", "int8", "fp32"])
+def test_int8_dense_reaches_the_layers(dense):
+    from dgl_rsc.launcher.train import _setup, prepare
+
+    cfg = _resolve(int8_dense=dense)
+    run = _setup(cfg, prepare(cfg), "rsc")
+    specs = {m.rsc_int8().spec for _, m in run.model.named_modules()
+             if hasattr(m, "rsc_int8") and m.rsc_int8() is not None}  # fmt: skip
+    assert int8_layers(run.model) and {s.dense for s in specs} == {dense}
 
 
 def test_shipped_int8_config_resolves():

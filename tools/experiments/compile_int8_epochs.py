@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "config": args.config, "sets": args.sets, "rounds": args.rounds,
         "warmup": args.warmup, "machine": machine(prep.device),
-        "note": "2-core VM shared with other agents' work; ratios from one process, interleaved",
+        "note": "ratios from one process, interleaved",
+        "load_average_1min": os.getloadavg()[0],  # at the end: other jobs running?
         "frames_compiled": _frames(), "variants": rows,
     }  # fmt: skip
     write_json(args.out, out)

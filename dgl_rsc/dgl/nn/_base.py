@@ -134,8 +134,10 @@ class RSCLayer(nn.Module):
         return self._rsc_int8
 
     def _matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        """``x @ w``: INT8 with int32 accumulation when the layer is quantized."""
-        if self._rsc_int8 is None or w.dim() != 2:
+        """``x @ w``: INT8 with int32 accumulation when the layer is quantized and its spec
+        runs weight products in INT8 on this device (:meth:`Int8Spec.dense_int8`)."""
+        state = self._rsc_int8
+        if state is None or w.dim() != 2 or not state.spec.dense_int8(x.device):
             return torch.matmul(x, w)
         self._rsc_int8.training = self.training
         return int8_matmul(x, w, self._rsc_int8)
@@ -186,11 +188,11 @@ class RSCLayer(nn.Module):
 
     def _cached_input(self, graph, feat, edge_weight, build: Callable[[], torch.Tensor]):
         """``build()``'s ``(N_dst, D)`` aggregation of ``feat``, computed once and reused while
-        ``feat``, the graph and ``edge_weight`` stay the same (:mod:`.input_cache`), or ``None``
+        ``feat``, the graph and ``edge_weight`` stay the same (:mod:`.input_cache`; in fp32 on an
+        INT8 layer, whose transform stays INT8 where its spec says), or ``None``
         where that cannot hold: then the layer computes its plain path (also while traced by
         torch.compile: the cache's state changes over the first steps and would recompile)."""
-        if (not isinstance(feat, torch.Tensor) or feat.requires_grad or self._rsc_int8 is not None
-                or compiling()
+        if (not isinstance(feat, torch.Tensor) or feat.requires_grad or compiling()
                 or getattr(graph, "is_block", False)
                 or getattr(graph, "rsc_aggregate", None) is not None):  # fmt: skip
             return None
@@ -201,10 +203,19 @@ class RSCLayer(nn.Module):
         A, _ = message_structure(graph, self._structures())
         cache = self._rsc_input_cache
         builds = cache.builds
-        out = cache.get(feat, (A.indptr, A.indices, edge_weight), build)
+        out = cache.get(feat, (A.indptr, A.indices, edge_weight), lambda: self._fp32(build))
         if out is not None and self._rsc_ctl is not None:
             self._rsc_ctl.note_cached_input(built=cache.builds != builds)
         return out
+
+    def _fp32(self, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """``build()`` with this layer's products in fp32: a product computed once per run
+        gains nothing from INT8 and would keep one draw of its rounding error for good."""
+        state, self._rsc_int8 = self._rsc_int8, None
+        try:
+            return build()
+        finally:
+            self._rsc_int8 = state
 
     def _structures(self) -> StructureCache:
         if self._rsc_ctl is not None:

@@ -10,7 +10,9 @@ before the transform instead of after, where DGL's order transforms first).
 Detected, not configured: the layer keys the cached product by the identity and version
 counter (``tensor._version``, bumped by every in-place change) of the features, the graph's
 index arrays and the edge weights. Features that need a gradient, edge weights that need one,
-INT8 layers, blocks, bipartite pairs and distributed graphs never use it. A feature tensor is
+blocks, bipartite pairs and distributed graphs never use it. On an INT8 layer the cached
+product is computed in fp32 (once per run, INT8 would save nothing and keep one draw of its
+rounding error); the layer's transform stays as its INT8 spec says. A feature tensor is
 cached only when the same tensor, unchanged, comes back on the next call: input dropout (or
 any other fresh tensor per step) never builds a cache and keeps the plain path.
 :func:`cache_input_aggregation` turns it off for a model (to compare, or to save its
