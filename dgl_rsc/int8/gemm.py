@@ -45,16 +45,19 @@ MAX_K = (2**31 - 1) // (QMAX * QMAX)  #: 133143: longest int32-safe contraction
 F32_EXACT_K = 2**24 // (QMAX * QMAX)  #: 1040: longest contraction whose sums fp32 holds exactly
 
 
-def _float32(qa, qb):
-    a, b = qa.float(), qb.float()
-    k = a.shape[1]
-    if k <= F32_EXACT_K:
-        return torch.matmul(a, b).to(torch.int32)
+def _sum_over_slices(a, b, width: int, product):
+    """``sum_s product(a[:, s], b[s])`` over slices ``s`` of at most ``width`` of the
+    contraction (one call when it fits), summed in the dtype ``product`` returns."""
     acc = None
-    for s in range(0, k, F32_EXACT_K):
-        part = torch.matmul(a[:, s : s + F32_EXACT_K], b[s : s + F32_EXACT_K]).to(torch.int32)
+    for s in range(0, max(a.shape[1], 1), width):
+        part = product(a[:, s : s + width], b[s : s + width])
         acc = part if acc is None else acc.add_(part)
     return acc
+
+
+def _float32(qa, qb):
+    return _sum_over_slices(qa.float(), qb.float(), F32_EXACT_K,
+                            lambda x, y: torch.matmul(x, y).to(torch.int32))  # fmt: skip
 
 
 def _fp32_is_exact() -> bool:
@@ -124,18 +127,18 @@ def _q(state: Int8State, x: torch.Tensor, dim: int):
     return quantize(x, dim, "stochastic", state.next_seed(), codes)
 
 
-def int_mm_any_k(qa: torch.Tensor, qb: torch.Tensor) -> torch.Tensor:
-    """``(M, N)`` exact ``qa (M, K) @ qb (K, N)`` for any ``K``: :func:`int_mm` itself up to
-    :data:`MAX_K` (int32), else its int32 products over slices of at most ``MAX_K`` summed in
-    int64 (a weight gradient contracts over every node of the graph)."""
-    k = qa.shape[1]
-    if k <= MAX_K:
-        return int_mm(qa, qb)
-    acc = None
-    for s in range(0, k, MAX_K):
-        part = int_mm(qa[:, s : s + MAX_K].contiguous(), qb[s : s + MAX_K].contiguous()).long()
-        acc = part if acc is None else acc.add_(part)
-    return acc
+def int_mm_any_k(qa: torch.Tensor, qb: torch.Tensor,
+                 engine: Optional[str] = None) -> torch.Tensor:  # fmt: skip
+    """``(M, N)`` exact ``qa (M, K) @ qb (K, N)`` for any ``K``: :func:`int_mm` (``engine``)
+    itself up to :data:`MAX_K` (int32), else its int32 products over slices of at most
+    ``MAX_K`` summed in int64 (a weight gradient contracts over every node of the graph)."""
+    if qa.shape[1] <= MAX_K:
+        return int_mm(qa, qb, engine)
+
+    def product(x, y):
+        return int_mm(x.contiguous(), y.contiguous(), engine).long()
+
+    return _sum_over_slices(qa, qb, MAX_K, product)
 
 
 def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:

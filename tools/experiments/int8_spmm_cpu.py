@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_common import machine, timeit, write_json
 
 from dgl_rsc.backends import int8_cpu
-from dgl_rsc.int8.gemm import INT_MM, MAX_K
+from dgl_rsc.int8.gemm import int_mm_any_k
 from dgl_rsc.int8.quantize import quantize
 from dgl_rsc.sparse.cpu_spmm import spmm_rows
 
@@ -59,13 +59,6 @@ def _sparse(n: int, degree: int, width: int, reps: int) -> dict:
     return ms
 
 
-def _int_mm(a, b, engine):
-    """``int_mm_any_k`` (slices of ``MAX_K``, int64 sums) with ``engine`` forced."""
-    parts = [INT_MM[engine](a[:, s : s + MAX_K].contiguous(), b[s : s + MAX_K].contiguous())
-             for s in range(0, a.shape[1], MAX_K)]  # fmt: skip
-    return sum(p.long() for p in parts)
-
-
 def _dense(n: int, width: int, reps: int) -> dict:
     gen = torch.Generator().manual_seed(1)
     shapes = {"forward": (n, width, width), "weight_grad": (width, n, width)}
@@ -76,7 +69,7 @@ def _dense(n: int, width: int, reps: int) -> dict:
         fa, fb = a.float(), b.float()
         row = {"fp32": timeit(lambda x=fa, y=fb: torch.matmul(x, y), "cpu", reps)}
         for engine in ("float32", "float64"):
-            row[f"int8_{engine}"] = timeit(lambda e=engine, x=a, y=b: _int_mm(x, y, e), "cpu",
+            row[f"int8_{engine}"] = timeit(lambda e=engine, x=a, y=b: int_mm_any_k(x, y, e), "cpu",
                                            reps)  # fmt: skip
         rows[name] = {"shape": [m, k, o], **{key: v * 1e3 for key, v in row.items()}}
     return rows

@@ -139,8 +139,8 @@ class RSCLayer(nn.Module):
         state = self._rsc_int8
         if state is None or w.dim() != 2 or not state.spec.dense_int8(x.device):
             return torch.matmul(x, w)
-        self._rsc_int8.training = self.training
-        return int8_matmul(x, w, self._rsc_int8)
+        state.training = self.training
+        return int8_matmul(x, w, state)
 
     # -- the aggregation --------------------------------------------------------------
     def _aggregate(
