@@ -79,11 +79,20 @@ def _first(conv: GraphConv) -> bool:
     return conv._in_feats > conv._out_feats
 
 
-def _fused(conv: GraphConv, col, row) -> dict:
-    """The scales ``GraphConv.forward`` fuses into the product."""
-    if _first(conv):
+def _fused(conv: GraphConv, col, row, after: bool) -> dict:
+    """The scales ``GraphConv.forward`` fuses into the product (``after``: the weight comes
+    after it)."""
+    if not after:
         return {"row_scale": row, "score_col_scale": col}
     return {"row_scale": None, "col_scale": col}
+
+
+def _cached_first(conv: GraphConv, graph, h: torch.Tensor, col, row):
+    """The first layer's aggregation ``diag(row) A diag(col) h`` from its input cache
+    (:mod:`dgl_rsc.dgl.nn.input_cache`, both scales applied, as ``GraphConv`` caches it), or
+    ``None`` where the cache does not apply (then the layer aggregates at every step)."""
+    return conv._cached_input(graph, h, None, lambda: conv._aggregate(
+        graph, h, row_scale=row, col_scale=col))  # fmt: skip
 
 
 def restricted_forward(stack, graph, feat: torch.Tensor, ctl) -> torch.Tensor:
@@ -94,17 +103,21 @@ def restricted_forward(stack, graph, feat: torch.Tensor, ctl) -> torch.Tensor:
         check_in_degrees(graph)
     h = stack.input_dropout(feat)
     scales = [_scales(c, graph, h) for c in convs]
-    conv, (col, row) = convs[0], scales[0]
-    x = torch.matmul(h if col is None else h * col.reshape(-1, 1), conv.weight) if _first(
-        conv) else h  # fmt: skip
+    after = [not _first(c) for c in convs]  # the layer's weight applied after its product
+    z = _cached_first(convs[0], graph, h, *scales[0])
+    if z is not None:  # the first product once per run: aggregate-first, no row scale left
+        after[0], scales[0] = True, (scales[0][0], None)
+    col = scales[0][0]
+    x = h if after[0] else torch.matmul(h if col is None else h * col.reshape(-1, 1),
+                                        convs[0].weight)  # fmt: skip
     mode = ctl.config.restrict
     for i, conv in enumerate(convs):
         col, row = scales[i]
-        approximated = x.requires_grad
-        z = conv._aggregate(graph, x, **_fused(conv, col, row))
-        last = i == len(convs) - 1
-        if last:
-            if not _first(conv):
+        approximated = x.requires_grad  # False for a cached first product (x: the input)
+        if i > 0 or z is None:
+            z = conv._aggregate(graph, x, **_fused(conv, col, row, after[i]))
+        if i == len(convs) - 1:
+            if after[i]:
                 z = torch.matmul(z, conv.weight)
                 z = z if row is None else z * row.reshape(-1, 1)
             return z if conv.bias is None else z + conv.bias
@@ -113,17 +126,16 @@ def restricted_forward(stack, graph, feat: torch.Tensor, ctl) -> torch.Tensor:
             A = message_structure(graph, conv._structures())[0]
             index = conv.rsc_slots()[0]
             plan = RowPlan(ctl.layer(index), ctl.step_info(index), A, mode)
-        nxt = convs[i + 1]
         spec = SegmentSpec(
-            None if _first(conv) else row,
-            scales[i + 1][0] if _first(nxt) else None,
+            row if after[i] else None,
+            None if after[i + 1] else scales[i + 1][0],
             float(stack.dropout.p),
         )
         x = RestrictedSegment.apply(
             z,
-            None if _first(conv) else conv.weight,
+            conv.weight if after[i] else None,
             conv.bias,
-            nxt.weight if _first(nxt) else None,
+            None if after[i + 1] else convs[i + 1].weight,
             spec,
             plan,
         )

@@ -136,6 +136,28 @@ def test_the_rows_a_product_reads_get_todays_gradient(monkeypatch, mode):
     assert all(d["backward_rows_fraction"] == 1.0 for d in c_ref.stats()["layers"])
 
 
+def test_the_restricted_forward_reuses_the_first_layers_aggregation(monkeypatch):
+    """With the input cache on (the default) the restricted forward takes the first layer's
+    ``A X`` from it as the plain model does: the same outputs, under ``"rows"`` the same
+    parameter gradients, no backward for the first product, one build for the run."""
+    g, (x, y) = graph(), data()
+    ref, res, c_ref, c_res = pair(mode="rows")
+    rnn.cache_input_aggregation(ref, True), rnn.cache_input_aggregation(res, True)
+    rec = Recorder(monkeypatch)
+    for step in range(12):
+        res.load_state_dict(ref.state_dict())
+        out_ref = run_step(ref, c_ref, g, x, y, step)
+        out_res = run_step(res, c_res, g, x, y, step)
+        torch.testing.assert_close(out_res, out_ref, rtol=1e-6, atol=1e-6)
+        for p, q in zip(res.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+        dy, rows = rec.take()
+        assert 0 not in dy or step < 2  # the first product: no backward once cached
+    assert rnn.input_cache_counts(res)["builds"] == 1
+    assert rnn.input_cache_counts(res)["hits"] == rnn.input_cache_counts(ref)["hits"] >= 10
+    assert c_res.stats()["layers"][1]["backward_rows_fraction"] < 0.9
+
+
 @pytest.mark.parametrize("mode", ["rows", "weights"])
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
 def test_budget_one_equals_the_exact_backward(mode, dropout):
