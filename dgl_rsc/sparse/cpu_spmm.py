@@ -36,6 +36,7 @@ from numba import njit
 
 __all__ = [
     "spmm_rows",
+    "spmm_add",
     "coo_rows",
     "run_chunked",
     "run_ranges",
@@ -56,28 +57,30 @@ _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
 
 @njit(**_OPTS)
-def _row_start(indptr, out, i, o0):
-    """``(o, p, e)``: row ``i``'s output row ``out[i - o0]``, zeroed, and its entries
-    ``[p, e)``."""
+def _row_start(indptr, out, i, o0, add):
+    """``(o, p, e)``: row ``i``'s output row ``out[i - o0]``, zeroed unless ``add`` (the
+    terms are then added to what it holds), and its entries ``[p, e)``."""
     o = out[i - o0]
-    for k in range(o.shape[0]):
-        o[k] = 0.0
+    if not add:
+        for k in range(o.shape[0]):
+            o[k] = 0.0
     return o, indptr[i], indptr[i + 1]
 
 
 @njit(**_OPTS)
-def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty):
+def _sum_rows(indptr, indices, X, out, r0, r1, o0, rs, row_mode, skip_empty, add):
     """Unweighted, unscaled columns: ``out[i - o0] = rs(i) * sum X[indices[p]]`` for rows
     ``[r0, r1)``.
 
     ``row_mode``: 0 none, 1 multiply by ``rs[i]``, 2 divide by ``rs[i]``. ``skip_empty``:
-    rows without entries are left as they are (the caller knows they hold zeros).
+    rows without entries are left as they are (the caller knows they hold zeros). ``add``:
+    the terms are added to what the row holds, in stored order (``row_mode`` 0).
     """
     d = X.shape[1]
     for i in range(r0, r1):
         if skip_empty and indptr[i] == indptr[i + 1]:
             continue
-        o, p, e = _row_start(indptr, out, i, o0)
+        o, p, e = _row_start(indptr, out, i, o0, add)
         while p + 4 <= e:
             a = X[indices[p]]
             b = X[indices[p + 1]]
@@ -108,7 +111,7 @@ def _finish_row(o, rs, i, row_mode):
 
 @njit(**_OPTS)
 def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs, row_mode,
-                  skip_empty):  # fmt: skip
+                  skip_empty, add):  # fmt: skip
     """Weighted and/or column-scaled: ``out[i - o0] = rs(i) * sum (X[j] * cs[j]) * w[p]``
     (each term rounded as DGL rounds it: the scaled feature first, then the weight), four
     entries per pass, added in stored order."""
@@ -116,7 +119,7 @@ def _general_rows(indptr, indices, w, use_w, X, cs, use_cs, out, r0, r1, o0, rs,
     for i in range(r0, r1):
         if skip_empty and indptr[i] == indptr[i + 1]:
             continue
-        o, p, e = _row_start(indptr, out, i, o0)
+        o, p, e = _row_start(indptr, out, i, o0, add)
         if use_cs and use_w:
             while p + 4 <= e:
                 a, b, c, f = X[indices[p]], X[indices[p + 1]], X[indices[p + 2]], X[indices[p + 3]]
@@ -241,6 +244,7 @@ def spmm_rows(
     row_divide: bool = False,
     col_scale=None,
     skip_empty: bool = False,
+    add: bool = False,
 ) -> torch.Tensor:
     """Rows ``[r0, r1)`` of ``diag(rs) A diag(cs) X`` into ``out (r1 - r0, D)``.
 
@@ -253,12 +257,19 @@ def spmm_rows(
         col_scale: ``(N,)`` in ``X``'s dtype or ``None``.
         skip_empty: leave the rows of ``out`` whose row of ``A`` is empty untouched (they
             already hold zeros); otherwise they are set to zero.
+        add: ``out += A diag(cs) X`` instead: each entry's term added to ``out``'s row in
+            stored order, as DGL's kernel adds (rows without entries untouched; no
+            ``row_scale``), so products of several matrices into one zeroed ``out`` are the
+            product of their sum.
 
     Returns:
         ``out``.
     """
     r1 = indptr.numel() - 1 if r1 is None else int(r1)
     r0 = int(r0)
+    if add and row_scale is not None:
+        raise ValueError("spmm_rows adds unscaled rows: apply row_scale after the sum.")
+    skip_empty = skip_empty or add
     if r1 <= r0:
         return out
     dummy = out.new_empty(1)
@@ -268,7 +279,7 @@ def spmm_rows(
     if values is None and col_scale is None:
 
         def run(a, b):
-            _sum_rows(ip, ix, xn, on, a, b, r0, rs, mode, skip_empty)
+            _sum_rows(ip, ix, xn, on, a, b, r0, rs, mode, skip_empty, add)
 
     else:
         w = _np(dummy if values is None else values)
@@ -276,10 +287,17 @@ def spmm_rows(
 
         def run(a, b):
             _general_rows(ip, ix, w, values is not None, xn, cs, col_scale is not None, on, a,
-                          b, r0, rs, mode, skip_empty)  # fmt: skip
+                          b, r0, rs, mode, skip_empty, add)  # fmt: skip
 
     run_chunked(ip, r0, r1, max(X.shape[1], 1), run)
     return out
+
+
+def spmm_add(structure, values, X: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out (M, D) += A X`` for a structure with ``indptr``/``indices`` (``values``, ``X``
+    and ``out`` as in :func:`spmm_rows`): each entry's term added to ``out``'s row in stored
+    order, as DGL's kernel adds (:func:`dgl_rsc.dgl.kernels.spmm_add`)."""
+    return spmm_rows(structure.indptr, structure.indices, values, X, out, add=True)
 
 
 def run_chunked(indptr: np.ndarray, r0: int, r1: int, width: int, run) -> None:

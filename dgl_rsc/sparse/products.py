@@ -14,7 +14,7 @@ applied around it. fp16/bf16 are computed in fp32 on the CPU (no engine has a CP
 from __future__ import annotations
 
 import warnings
-from typing import NamedTuple, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -23,6 +23,7 @@ from ..base import _deps
 from . import compact, engine_pick
 from .buffers import OutputPool
 from .csr import CSR
+from .scales import NO_SCALES, Scales
 
 __all__ = [
     "Scales",
@@ -37,47 +38,8 @@ __all__ = [
 ]
 
 _CPU_UPCAST = (torch.float16, torch.bfloat16)
+_NUMBA = (torch.float32, torch.float64)  # dtypes the Numba kernels take
 
-
-class Scales(NamedTuple):
-    """Diagonal scalings of a product ``diag(row) A diag(col)``; ``None`` means identity.
-
-    ``row_divide`` divides the output rows by ``row`` (mean aggregation: ``row`` holds the
-    degrees) instead of multiplying. ``hint_col`` is a column scale that the caller applies
-    to the operand itself (before a dense product that sits between it and the aggregation):
-    it is not applied here, only used to score rows as rows of the normalized matrix. All are
-    ``(M,)``/``(N,)`` tensors without gradient. ``quant``: an
-    :class:`~dgl_rsc.int8.spec.Int8State` to run the product on INT8 operands
-    (:mod:`dgl_rsc.int8.spmm`), or ``None`` (the operand's own precision).
-    """
-
-    row: Optional[torch.Tensor] = None
-    col: Optional[torch.Tensor] = None
-    row_divide: bool = False
-    hint_col: Optional[torch.Tensor] = None
-    quant: Optional[object] = None
-
-    @property
-    def is_identity(self) -> bool:
-        return self.row is None and self.col is None
-
-    def row_factor(self) -> Optional[torch.Tensor]:
-        """``(M,)`` multiplicative row factor (the reciprocal when dividing), or ``None``."""
-        if self.row is None:
-            return None
-        return 1.0 / self.row if self.row_divide else self.row
-
-    def score_col(self) -> Optional[torch.Tensor]:
-        """The column scale the row scores use: the applied one, else the hint."""
-        return self.col if self.col is not None else self.hint_col
-
-    def transposed(self) -> Scales:
-        """The scales of ``(diag(r) A diag(c))^T = diag(c) A^T diag(r)`` (a division becomes
-        a multiplication by the reciprocal)."""
-        return Scales(self.col, self.row_factor(), False, quant=self.quant)
-
-
-NO_SCALES = Scales()
 
 #: The engines a higher layer plugs in, so that this layer imports none of them (the package's
 #: ``__init__`` registers both): ``"exact_cpu"``, a module with ``usable(X)``,
@@ -99,6 +61,20 @@ def _exact_cpu(X: torch.Tensor):
     """The plugged-in exact CPU engine when it takes ``X``, else ``None``."""
     engine = ENGINES["exact_cpu"]
     return engine if engine is not None and engine.usable(X) else None
+
+
+def _adding_cpu(X: torch.Tensor):
+    """``add(structure, values, X, out)`` (``out += A X``, each term added in stored order)
+    for :func:`csr_mm_sum` on the CPU: DGL's kernel where the exact engine is plugged in,
+    else the Numba kernels (float32/float64), else ``None`` (``torch.sparse``)."""
+    engine = _exact_cpu(X)
+    if engine is not None:
+        return engine.spmm_add
+    if X.device.type == "cpu" and _deps.numba_available() and X.dtype in _NUMBA:
+        from .cpu_spmm import spmm_add
+
+        return spmm_add
+    return None
 
 
 def cpu_engine() -> str:
@@ -217,7 +193,7 @@ def _mm(A: CSR, X, scales: Scales, pool, tag=None) -> torch.Tensor:
     out = None if cpu else _cuda_kernel_mm(A, X, scales)
     if out is not None:
         return out
-    if cpu and _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
+    if cpu and _deps.numba_available() and X.dtype in _NUMBA:
         out = _numba_mm(indptr, indices, _cast(A.values, X.dtype), shape, X, scales, pool, tag)
     else:  # an unweighted matrix's ones are made once per dtype, not at every product
         vals = A.values_or_ones(X.dtype).detach().contiguous()
@@ -247,7 +223,7 @@ def csr_mm(
     pool = A.pool() if pool is None else pool
     engine = None if sparse_write else _exact_cpu(X)
     if engine is not None and _nonempty(A, X):
-        if not (_deps.numba_available() and X.dtype in (torch.float32, torch.float64)):
+        if not (_deps.numba_available() and X.dtype in _NUMBA):
             return _dgl_mm(engine, A, X, scales, pool)
         return engine_pick.run(A._s, X.shape[1], lambda: _dgl_mm(engine, A, X, scales, pool),
                                lambda: _mm(A, X, scales, pool))  # fmt: skip
@@ -277,9 +253,9 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
     ``X`` is scaled once per distinct weight (on the CPU, a matrix that reads at most half
     of ``X``'s rows gets them gathered and scaled instead: :mod:`dgl_rsc.sparse.compact`),
     each product adds into one output and the row scale and ``row_add`` are applied in one
-    pass. On the CPU where DGL imports, DGL's kernel
-    adds into a buffer of ``pool`` (valid while the caller holds it, as :func:`csr_mm`'s);
-    elsewhere ``torch.sparse`` (cuSPARSE on CUDA, ``addmm_``). fp16/bf16 run in fp32 on the
+    pass. On the CPU, DGL's kernel where DGL imports, else the Numba kernels, add into a
+    buffer of ``pool`` (valid while the caller holds it, as :func:`csr_mm`'s); elsewhere
+    ``torch.sparse`` (cuSPARSE on CUDA, ``addmm_``). fp16/bf16 run in fp32 on the
     CPU.
     """
     if scales.quant is not None:
@@ -308,13 +284,13 @@ def csr_mm_sum(mats: Sequence[CSR], X: torch.Tensor, scales: Scales = NO_SCALES,
         return A._s, operand(w)
 
     live = [(A, w) for A, w in zip(mats, weights) if A.nnz > 0]
-    engine = _exact_cpu(X)
-    if live and engine is not None and all(_nonempty(A, X) for A, _ in live):
+    add = _adding_cpu(X)
+    if live and add is not None and all(_nonempty(A, X) for A, _ in live):
         out = pooled_output(pool, (shape[0], X.shape[1]), X)[0].zero_()
         for A, w in live:
             vals = None if A.values is None else A.values.detach().to(X.dtype).contiguous()
             s, Xw = factor_operand(A, w, _col_factor(scales.col, w, X.dtype))
-            engine.spmm_add(s, vals, Xw, out)
+            add(s, vals, Xw.contiguous(), out)
         return _scale_rows(out, scales, row_add).to(out_dtype)
     out = None
     for A, w in live:  # torch.sparse: the column factor goes into the values where cheaper
@@ -363,7 +339,7 @@ def coo_mm(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor, n_rows:
         pick = CSR.from_coo(rows, cols, values.to(X.dtype), (n_rows, X.shape[0]))
         return csr_mm(pick, X)
     out = X.new_zeros((n_rows, X.shape[1]))
-    if _deps.numba_available() and X.dtype in (torch.float32, torch.float64):
+    if _deps.numba_available() and X.dtype in _NUMBA:
         from .cpu_spmm import coo_rows
 
         return coo_rows(rows.long().contiguous(), cols.long().contiguous(),

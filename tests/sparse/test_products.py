@@ -189,6 +189,49 @@ def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero(dtype):
     torch.testing.assert_close(again, csr_mm(A, X), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_csr_mm_sum_without_dgl_adds_on_the_numba_kernels(monkeypatch, dtype):
+    """Without DGL's engine (the DGL-free machine of PyG users) the parts' products add into
+    one pooled buffer on the Numba kernels, never through torch.sparse: the product of the
+    sum, the same numbers on a second call (not their double), and where DGL imports the
+    same bits as its kernel."""
+    from dgl_rsc.base import _deps
+    from dgl_rsc.sparse import products
+
+    A = power_law_csr(500, 8.0, weighted=True, seed=3)
+    A = CSR(A.indptr, A.indices, A.values.to(dtype), A.shape)
+    side = torch.rand(A.nnz, generator=torch.Generator().manual_seed(4)) < 0.5
+    parts = []  # every row's entries split between the parts, as a sample's and a group's
+    for keep in (side, ~side):
+        counts = torch.zeros(500, dtype=torch.long).index_add_(
+            0, A.row_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long)
+        )
+        indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
+        parts.append(CSR(indptr, A.indices[keep], A.values[keep], A.shape))
+    gen = torch.Generator().manual_seed(5)
+    X = torch.randn(500, 33, generator=gen).to(dtype)
+    r, c, w = (torch.rand(500, generator=gen).add(0.5).to(dtype) for _ in range(3))
+    sc = Scales(r, c)
+    dgl = products.cpu_engine() == "dgl"
+    with_dgl = csr_mm_sum(parts, X, sc, col_weight=[None, w]).clone() if dgl else None
+    monkeypatch.setattr(products, "ENGINES", {**products.ENGINES, "exact_cpu": None})
+
+    def no_torch_sparse(*args):
+        raise AssertionError("csr_mm_sum went through torch.sparse")
+
+    monkeypatch.setattr(products, "_torch_csr", no_torch_sparse)
+    assert _deps.numba_available() and products.cpu_engine() == "numba"
+    pool = A.pool()
+    first = csr_mm_sum(parts, X, sc, col_weight=[None, w], pool=pool).clone()
+    again = csr_mm_sum(parts, X, sc, col_weight=[None, w], pool=pool)
+    assert torch.equal(first, again)
+    d = [m.to_dense(torch.float64) for m in parts]
+    want = r.double()[:, None] * (d[0] * c.double() + d[1] * (c * w).double()) @ X.double()
+    torch.testing.assert_close(again.double(), want, rtol=RTOL[dtype], atol=RTOL[dtype])
+    if dgl:
+        assert torch.equal(again, with_dgl)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("width", [20, 1], ids=["values", "operand"])
 @pytest.mark.parametrize("weighted", [False, True], ids=["ones", "weighted"])
