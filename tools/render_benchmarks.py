@@ -714,8 +714,9 @@ BLOCKS = {
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
-    "int8-cpu-epochs": lambda: int8_epochs([
-        "compile_int8cpu_200k.json", "compile_200k_modern.json"]),
+    "int8-cpu-epochs": lambda: int8_epochs(
+        ["compile_int8cpu_200k.json", "compile_200k_modern.json"]
+    ),
     "minibatch": lambda: parity("minibatch_small.json"),
 }
 #: tools/profile_run.py results, one table
