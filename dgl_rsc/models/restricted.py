@@ -79,7 +79,7 @@ def _first(conv: GraphConv) -> bool:
     return conv._in_feats > conv._out_feats
 
 
-def _fused(conv: GraphConv, col, row, after: bool) -> dict:
+def _fused(col, row, after: bool) -> dict:
     """The scales ``GraphConv.forward`` fuses into the product (``after``: the weight comes
     after it)."""
     if not after:
@@ -104,8 +104,8 @@ def restricted_forward(stack, graph, feat: torch.Tensor, ctl) -> torch.Tensor:
     h = stack.input_dropout(feat)
     scales = [_scales(c, graph, h) for c in convs]
     after = [not _first(c) for c in convs]  # the layer's weight applied after its product
-    z = _cached_first(convs[0], graph, h, *scales[0])
-    if z is not None:  # the first product once per run: aggregate-first, no row scale left
+    cached = _cached_first(convs[0], graph, h, *scales[0])
+    if cached is not None:  # the first product once per run: aggregate-first, no row scale
         after[0], scales[0] = True, (scales[0][0], None)
     col = scales[0][0]
     x = h if after[0] else torch.matmul(h if col is None else h * col.reshape(-1, 1),
@@ -114,8 +114,10 @@ def restricted_forward(stack, graph, feat: torch.Tensor, ctl) -> torch.Tensor:
     for i, conv in enumerate(convs):
         col, row = scales[i]
         approximated = x.requires_grad  # False for a cached first product (x: the input)
-        if i > 0 or z is None:
-            z = conv._aggregate(graph, x, **_fused(conv, col, row, after[i]))
+        if i == 0 and cached is not None:
+            z = cached
+        else:
+            z = conv._aggregate(graph, x, **_fused(col, row, after[i]))
         if i == len(convs) - 1:
             if after[i]:
                 z = torch.matmul(z, conv.weight)

@@ -151,7 +151,7 @@ def test_the_restricted_forward_reuses_the_first_layers_aggregation(monkeypatch)
         torch.testing.assert_close(out_res, out_ref, rtol=1e-6, atol=1e-6)
         for p, q in zip(res.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
-        dy, rows = rec.take()
+        dy, _ = rec.take()
         assert 0 not in dy or step < 2  # the first product: no backward once cached
     assert rnn.input_cache_counts(res)["builds"] == 1
     assert rnn.input_cache_counts(res)["hits"] == rnn.input_cache_counts(ref)["hits"] >= 10

@@ -81,6 +81,20 @@ def _split(A: CSR, parts: int, seed: int) -> list:
     return out
 
 
+def _split_entries(A: CSR, seed: int) -> list:
+    """``A`` as two CSRs of its shape, each holding a random half of every row's entries (the
+    rows shared between them, as a sample's and a remainder group's are)."""
+    side = torch.rand(A.nnz, generator=torch.Generator().manual_seed(seed)) < 0.5
+    parts = []
+    for keep in (side, ~side):
+        counts = torch.zeros(A.shape[0], dtype=torch.long).index_add_(
+            0, A.row_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long)
+        )
+        indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
+        parts.append(CSR(indptr, A.indices[keep], A.values[keep], A.shape))
+    return parts
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16],
                          ids=["fp32", "fp64", "bf16"])  # fmt: skip
@@ -172,14 +186,7 @@ def test_csr_mm_sum_on_dgl_adds_into_a_pooled_buffer_from_zero(dtype):
     the CPU has it, fp64 its plain one: both must add into the output."""
     A = power_law_csr(500, 8.0, weighted=True, seed=3)
     A = CSR(A.indptr, A.indices, A.values.to(dtype), A.shape)
-    side = torch.rand(A.nnz, generator=torch.Generator().manual_seed(4)) < 0.5
-    parts = []
-    for keep in (side, ~side):
-        counts = torch.zeros(500, dtype=torch.long).index_add_(
-            0, A.row_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long)
-        )
-        indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
-        parts.append(CSR(indptr, A.indices[keep], A.values[keep], A.shape))
+    parts = _split_entries(A, seed=4)
     assert int(((parts[0].row_nnz() > 0) & (parts[1].row_nnz() > 0)).sum()) > 100  # shared rows
     X = torch.randn(500, 16, generator=torch.Generator().manual_seed(5)).to(dtype)
     pool = A.pool()
@@ -200,14 +207,7 @@ def test_csr_mm_sum_without_dgl_adds_on_the_numba_kernels(monkeypatch, dtype):
 
     A = power_law_csr(500, 8.0, weighted=True, seed=3)
     A = CSR(A.indptr, A.indices, A.values.to(dtype), A.shape)
-    side = torch.rand(A.nnz, generator=torch.Generator().manual_seed(4)) < 0.5
-    parts = []  # every row's entries split between the parts, as a sample's and a group's
-    for keep in (side, ~side):
-        counts = torch.zeros(500, dtype=torch.long).index_add_(
-            0, A.row_ids()[keep], torch.ones(int(keep.sum()), dtype=torch.long)
-        )
-        indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(A.indptr.dtype)
-        parts.append(CSR(indptr, A.indices[keep], A.values[keep], A.shape))
+    parts = _split_entries(A, seed=4)  # every row shared, as a sample's and a group's
     gen = torch.Generator().manual_seed(5)
     X = torch.randn(500, 33, generator=gen).to(dtype)
     r, c, w = (torch.rand(500, generator=gen).add(0.5).to(dtype) for _ in range(3))
