@@ -678,6 +678,7 @@ BLOCKS = {
         [
             "launcher_200k_h100_pyg_seed0.json",
             "launcher_200k_h100_pyg_seed1.json",
+            "pyg_quickstart_patch_vm_1128.json",
             "pyg_cora_patch_quiet.json",
         ]
     ),

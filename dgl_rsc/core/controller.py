@@ -82,6 +82,7 @@ class RSCController:
         self.implicit_steps = 0  # steps counted for a missing rsc.step() (see slot())
         self.not_approximated: dict[str, int] = {}  # reason -> training products left to DGL
         self.cached_inputs = {"hits": 0, "builds": 0}  # layers' input aggregations reused
+        self._solved_backwards: dict[int, int] = {}  # product -> its backward_calls at a solve
 
     @classmethod
     def coerce(cls, config=None, **overrides) -> RSCController:
@@ -112,9 +113,13 @@ class RSCController:
         return 0 < state.stats.width < self.config.min_width
 
     def ready(self) -> list:
-        """The products the budget is shared by: scored, of known width, not narrow."""
+        """The products the budget is shared by: scored, of known width, not narrow, and run
+        backward since the last solve (a product that stopped running, e.g. a first layer
+        whose input aggregation is now reused, takes no share)."""
+        since = self._solved_backwards
         return [s for s in self.layers
-                if s.ema is not None and s.stats.width > 0 and not self.narrow(s)]  # fmt: skip
+                if s.ema is not None and s.stats.width > 0 and not self.narrow(s)
+                and s.backward_calls > since.get(s.index, -1)]  # fmt: skip
 
     def _probe_due(self) -> bool:
         """This step's products estimate error curves: a tune follows; budget auto/guarded."""
@@ -217,10 +222,8 @@ class RSCController:
         ready = self.ready()
         if not ready:
             return
-        if self.config.auto:
-            self._solve_auto(ready)
-        else:
-            self._solve_fixed(ready)
+        self._solved_backwards = {s.index: s.backward_calls for s in self.layers}
+        self._solve_with(ready)
         self._log_and_guard(ready)
 
     def _solve_auto(self, ready: list) -> None:
@@ -235,8 +238,7 @@ class RSCController:
         self.last_allocation = None
 
     def _agree_max(self, values: list) -> list:
-        """The element-wise maximum over the processes that share this run (one here)."""
-        return values
+        return values  # the element-wise maximum over the processes of the run: one here
 
     def _log_and_guard(self, ready: list) -> None:
         """Record the tune's budgets and estimated errors; apply the guard's decision."""
@@ -268,17 +270,14 @@ class RSCController:
                 self.boost *= 2
             log.info("step %d: the guard raised the budget (%s)", self.step_count,
                      self.guard.actions[-1]["detail"])  # fmt: skip
-            self._solve_again(ready)
+            self._solve_with(ready)  # once more, without a second guard check
         elif action == "exact":
             log.info("step %d: the guard switched to the exact backward (%s)", self.step_count,
                      self.guard.actions[-1]["detail"])  # fmt: skip
 
-    def _solve_again(self, ready: list) -> None:
-        """Solve once more after the guard raised the budget (no second guard check)."""
-        if self.config.auto:
-            self._solve_auto(ready)
-        else:
-            self._solve_fixed(ready)
+    def _solve_with(self, ready: list) -> None:
+        """The allocation over ``ready`` under ``budget: auto`` or the fixed budget."""
+        (self._solve_auto if self.config.auto else self._solve_fixed)(ready)
 
     def _solve_fixed(self, ready: list) -> None:
         """The greedy allocation of the fixed budget (times the guard's boost) in work units
@@ -395,6 +394,7 @@ class RSCController:
             self.guard.load_state_dict(state["guard"])
         self._calls = self._bound = 0
         self._step_backwards = self._backward_total()
+        self._solved_backwards = {}  # the restored layers count their backwards afresh
 
     def __repr__(self) -> str:
         return f"RSCController(step={self.step_count}, layers={len(self.layers)}, {self.config})"

@@ -10,9 +10,11 @@ Outputs and gradients equal the op-by-op forward up to floating-point reassociat
 dropout drawn by the epilogue's hash instead of ``torch.nn.Dropout`` (the same distribution).
 
 It runs only where it sees the whole layer: our ``GraphConv``/``SAGEConv`` without an
-activation inside, no batch norm, no hooks on the modules it bypasses, CPU float32 features
-with the Numba engine, not while torch.compile traces (compile fuses on its own). Elsewhere
-the op-by-op forward runs. ``model.fused_epilogue = False`` turns it off.
+activation inside (or the PyG drop-ins' adapters, whose ``pre_activation`` is the conv's
+output with its bias: ReLU and dropout fused), no batch norm, no hooks on the modules it
+bypasses, CPU float32 features with the Numba engine, not while torch.compile traces
+(compile fuses on its own). Elsewhere the op-by-op forward runs. ``model.fused_epilogue =
+False`` turns it off.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def _plain_conv(conv) -> bool:
         return conv._activation is None
     if type(conv) is SAGEConv:
         return conv.activation is None and conv.norm is None
-    return False
+    # a front end's layer whose pre_activation is its whole output (dgl_rsc.pyg's adapters)
+    return getattr(type(conv), "rsc_pre_activation", False) is True
 
 
 def applies(stack, graph, feat) -> bool:

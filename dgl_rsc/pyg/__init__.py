@@ -6,13 +6,15 @@
 - :func:`convert`: swap a model's PyG convs for the drop-ins in place, keeping the weights.
 
 The convs need ``torch_geometric`` (loaded on first use of their names); :func:`attach`
-(with a PyG hint when a model has no RSC layer), :func:`exact` and :func:`rsc_layers` work as
-in :mod:`dgl_rsc.nn` (on any RSC layer).
+(with a PyG hint when a model has no RSC layer), :func:`exact`, :func:`rsc_layers` and
+:func:`cache_input_aggregation` (a first layer's aggregation of the dataset's features, reused
+across steps: on by default) work as in :mod:`dgl_rsc.nn` (on any RSC layer).
 """
 
 import importlib
 
 from ..dgl.nn.convert import exact, rsc_layers
+from ..dgl.nn.input_cache import cache_input_aggregation
 from .convert import TWINS, attach, convert, twin
 from .patch import is_patched, patch, patched_symbols
 
@@ -22,6 +24,7 @@ __all__ = [
     "SAGEConv",
     "TWINS",
     "attach",
+    "cache_input_aggregation",
     "convert",
     "exact",
     "is_patched",

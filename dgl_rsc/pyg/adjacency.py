@@ -22,7 +22,7 @@ from ..sparse.csr import CSR
 from ..sparse.graph import csr_by_destination
 from ..sparse.structure_cache import StructureCache
 
-__all__ = ["edge_csr", "sparse_csr", "aggregate", "takes_features", "flow_indices"]
+__all__ = ["edge_csr", "sparse_csr", "sparse_reads", "aggregate", "takes_features", "flow_indices"]
 
 #: dtypes the product engine computes as PyG does, per device type (fp16/bf16 on the CPU go
 #: to PyG, which computes them in their own precision)
@@ -91,6 +91,16 @@ def _index_tensors(adj) -> tuple:
     if adj.layout == torch.sparse_csc:
         return adj.ccol_indices(), adj.row_indices()
     return (adj._indices(),)
+
+
+def sparse_reads(adj) -> tuple:
+    """The tensors whose identity and version counters stand for a sparse ``adj``'s entries
+    (a cache key part): a ``SparseTensor``'s stored arrays, a ``torch.sparse`` tensor
+    itself (its index and value accessors return new views at every call)."""
+    st = _deps.sparse_tensor_class()
+    if st is not None and isinstance(adj, st):
+        return adj.storage.rowptr(), adj.storage.col(), adj.storage.value()
+    return (adj,)
 
 
 def _key(tag, parts: tuple, shape, device) -> tuple:

@@ -46,7 +46,12 @@ class RSCPygLayer(RSCLayer):
 
     def _rsc_front(self) -> Front:
         return Front(lambda x, A: self._backward_state(0, x, A), self._structures(),
-                     _warn_passthrough)  # fmt: skip
+                     _warn_passthrough, lambda module: self._rsc_input_cache,
+                     self._note_cached_input)  # fmt: skip
+
+    def _note_cached_input(self, built: bool) -> None:
+        if self._rsc_ctl is not None:
+            self._rsc_ctl.note_cached_input(built)
 
     def _rsc_fused(self, adj_t, x):
         """PyG's fused path (``torch.sparse`` / ``SparseTensor`` adjacency) through RSC, or

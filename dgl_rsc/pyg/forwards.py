@@ -21,8 +21,16 @@ import torch
 
 from ..base import _deps
 from ..core.ops import compiling
+from ..dgl.nn.input_cache import InputAggregationCache
 from ..sparse.structure_cache import StructureCache
-from .adjacency import aggregate, edge_csr, flow_indices, sparse_csr, takes_features
+from .adjacency import (
+    aggregate,
+    edge_csr,
+    flow_indices,
+    sparse_csr,
+    sparse_reads,
+    takes_features,
+)
 from .compiled import gcn_matrix
 
 __all__ = [
@@ -54,11 +62,16 @@ class Front:
         rsc: ``rsc(x, A)`` -> the ``rsc`` argument of the product ``A @ x``.
         structures: the cache of CSR structures built from PyG's graph inputs.
         passthrough: ``passthrough(module, reason)`` is called when a call goes to PyG.
+        inputs: ``inputs(module)`` -> the module's cache of its input's aggregation, or
+            ``None`` (no reuse: every call aggregates in PyG's order).
+        noted: ``noted(built)`` counts a reused (``built``: first computed) aggregation.
     """
 
     rsc: Callable
     structures: StructureCache
     passthrough: Callable[[object, str], None]
+    inputs: Callable[[object], Optional[InputAggregationCache]] = lambda module: None
+    noted: Callable[[bool], None] = lambda built: None
 
 
 def passthrough_reason(conv, edge_index) -> Optional[str]:
@@ -90,6 +103,35 @@ def _propagate(conv, front: Front, A_of, x, stock, mean: bool = False):
     return aggregate(A, x, front.rsc(x, A), mean=mean)
 
 
+def _input_aggregation(conv, front: Front, x, reads: tuple, A_of, width: int, mean=False):
+    """``(N_dst, D_in)``: the aggregation of an input that needs no gradient (the dataset's
+    features), reused while the same unchanged ``x`` and graph tensors ``reads`` come back
+    (:class:`~dgl_rsc.dgl.nn.input_cache.InputAggregationCache`: built the second time the
+    same ``x`` comes, so that input dropout never builds one; not where ``x`` or a graph
+    tensor needs a gradient); where it is not (yet) cached, computed here when aggregating
+    first costs no more sparse work than PyG's order (``D_in`` <= ``2 width``: transforming
+    first reads ``width``-wide rows forward and backward). ``None``: PyG's order runs."""
+    grads = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, *reads))
+    if compiling() or grads or not takes_features(x):
+        return None
+    cache = front.inputs(conv)
+    if cache is None or not cache.enabled:
+        return None
+
+    def build():
+        return aggregate(A_of(), x, None, mean=mean)
+
+    builds = cache.builds
+    out = cache.get(x, reads, build)
+    if out is not None:
+        front.noted(cache.builds != builds)
+        return out
+    if x.shape[1] > 2 * width:
+        return None
+    A = A_of()
+    return aggregate(A, x, front.rsc(x, A), mean=mean)  # x needs no gradient: no slot
+
+
 def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
     """``(edge_index, edge_weight, A_of)`` after PyG's ``gcn_norm`` (and its ``cached``
     option), ``A_of()`` building the weighted ``A`` on the structure sorted once per graph."""
@@ -100,6 +142,7 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
         A = gcn_matrix(conv, edge_index, n, x.dtype, improved)  # no gcn_norm traced
         if A is not None:
             return None, None, lambda: A
+    norm = None
     if not conv.normalize:
         built = (edge_index, None)
         norm_ei, norm_w = edge_index, edge_weight
@@ -107,18 +150,48 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
         norm_ei, norm_w = conv._cached_edge_index
         built = (norm_ei, None)
     else:
-        norm_ei, norm_w = gcn_norm(edge_index, edge_weight, n, improved, conv.add_self_loops,
-                                   conv.flow, x.dtype)  # fmt: skip
+        args = (edge_index, edge_weight, n, improved, conv.add_self_loops, conv.flow, x.dtype)
+        norm = _kept_norm(front, args, lambda: gcn_norm(*args))
+        norm_ei, norm_w = norm.edges
         if conv.cached:
             conv._cached_edge_index = (norm_ei, norm_w)
         # the loops gcn_norm adds depend on the structure only: key on the input graph
         built = (edge_index, ("gcn_norm", bool(conv.add_self_loops)), norm_ei)
 
     def A_of():
+        if norm is not None and norm.A is not None:  # kept with its normalization
+            return norm.A
         A, perm = edge_csr(built[0], n, n, conv.flow, front.structures, *built[1:])
-        return A if norm_w is None else A.with_values(norm_w[perm])
+        A = A if norm_w is None else A.with_values(norm_w[perm])
+        if norm is not None and norm.key is not None:
+            norm.A = A
+        return A
 
     return norm_ei, norm_w, A_of
+
+
+@dataclasses.dataclass
+class _Norm:
+    edges: tuple  # gcn_norm's (edge_index, edge_weight)
+    key: Optional[tuple]  # its key in the structure cache (None: computed for this call)
+    A: Optional[object] = None  # the weighted A, built on first use
+
+
+def _kept_norm(front: Front, args: tuple, compute: Callable) -> _Norm:
+    """PyG's ``gcn_norm(*args)`` (``args``: edge_index, edge_weight, num_nodes, improved,
+    add_self_loops, flow, dtype), computed once while the same ``edge_index`` and edge
+    weights come back unchanged (keyed by identity and version counter, both held alive):
+    the same numbers as computing it at every call, which is what PyG's forward does unless
+    the layer is ``cached``. Edge weights that need a gradient are normalized afresh (the
+    gradient flows through the normalization)."""
+    edge_index, edge_weight = args[:2]
+    if edge_weight is not None and edge_weight.requires_grad and torch.is_grad_enabled():
+        return _Norm(compute(), None)
+    weights = None if edge_weight is None else (id(edge_weight), edge_weight._version)
+    key = ("gcn_norm_values", id(edge_index), edge_index._version, weights, *args[2:],
+           edge_index.device)  # fmt: skip
+    return front.structures.get_by_key(key, (edge_index, edge_weight),
+                                       lambda: _Norm(compute(), key))  # fmt: skip
 
 
 def _normalized_sparse(conv, front: Front, x, adj, edge_weight):
@@ -156,20 +229,31 @@ def gcn_forward(conv, front: Front, x, edge_index, edge_weight=None):
         A = _normalized_sparse(conv, front, x, edge_index, edge_weight)
         if A is None or A.shape[1] != x.shape[0] or A.device != x.device:
             return None
-        h = conv.lin(x)
-        out = aggregate(A, h, front.rsc(h, A))
+        first = _input_aggregation(conv, front, x, sparse_reads(edge_index), lambda: A,
+                                   conv.out_channels)  # fmt: skip
+        out = conv.lin(first) if first is not None else _transformed(conv, front, A, x)
         return out if conv.bias is None else out + conv.bias
     why = passthrough_reason(conv, edge_index)
     if why is not None:
         front.passthrough(conv, why)
         return None
     norm_ei, norm_w, A_of = _normalized(conv, front, x, edge_index, edge_weight, conv.improved)
+    first = _input_aggregation(conv, front, x, (edge_index, edge_weight), A_of,
+                               conv.out_channels)  # fmt: skip
+    if first is not None:  # A (X W) = (A X) W: the input's aggregation first
+        out = conv.lin(first)
+        return out if conv.bias is None else out + conv.bias
     h = conv.lin(x)
     out = _propagate(conv, front, A_of, h,
                      lambda: conv.propagate(norm_ei, x=h, edge_weight=norm_w))  # fmt: skip
     if conv.bias is not None:
         out = out + conv.bias
     return out
+
+
+def _transformed(conv, front: Front, A, x):
+    h = conv.lin(x)
+    return aggregate(A, h, front.rsc(h, A))
 
 
 def gcn2_forward(conv, front: Front, x, x_0, edge_index, edge_weight=None):
@@ -228,7 +312,12 @@ def sage_forward(conv, front: Front, x, edge_index, size=None):
 
     if not isinstance(x_src, torch.Tensor) or x_src.size(0) != n_src:
         return None
-    out = _propagate(conv, front, A_of, x_src, stock, mean=True)
+    out = None
+    if isinstance(x, torch.Tensor) and size is None:  # one node set: A is edge_index's alone
+        out = _input_aggregation(conv, front, x_src, (edge_index,), A_of, conv.out_channels,
+                                 mean=True)  # fmt: skip
+    if out is None:
+        out = _propagate(conv, front, A_of, x_src, stock, mean=True)
     out = conv.lin_l(out)
     if conv.root_weight and pair[1] is not None:
         out = out + conv.lin_r(pair[1])

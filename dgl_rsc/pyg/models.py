@@ -6,7 +6,9 @@ stock ``torch_geometric.nn`` class) and calls it the PyG way, ``conv(feat, edge_
 The launcher's graph already holds the self-loops a model wants (``SELF_LOOPS``), so the
 convs normalize without adding any: ``GCNConv(add_self_loops=False)`` is DGL's
 ``GraphConv(norm="both")`` on a symmetric graph, ``GCN2Conv(theta=lambda_, layer=l)`` has
-DGL's ``beta = log(lambda_ / l + 1)`` (PyG's GCN2Conv has no bias).
+DGL's ``beta = log(lambda_ / l + 1)`` (PyG's GCN2Conv has no bias). Over the drop-ins, a
+GCN/SAGE hidden layer's ReLU and dropout run in one pass each way
+(:mod:`dgl_rsc.models.fused`; ``pre_activation`` is the conv's output, bias included).
 
 Example (needs torch_geometric)::
 
@@ -53,6 +55,9 @@ def adapters(stock: bool) -> SimpleNamespace:
         def forward(self, graph, feat, edge_weight=None):
             return self.conv(feat, graph, edge_weight)
 
+        def pre_activation(self, graph, feat, edge_weight=None):
+            return self.forward(graph, feat, edge_weight), None, None
+
     class SAGEConv(nn.Module):
         """``SAGEConv(aggr="mean")`` called as DGL's ``SAGEConv(in, out, "mean")``."""
 
@@ -67,6 +72,9 @@ def adapters(stock: bool) -> SimpleNamespace:
                 raise _unsupported("SAGEConv with edge weights")
             return self.conv(feat, graph)
 
+        def pre_activation(self, graph, feat, edge_weight=None):
+            return self.forward(graph, feat, edge_weight), None, None
+
     class GCN2Conv(nn.Module):
         """``GCN2Conv`` called as DGL's ``GCN2Conv(in_feats, layer, alpha, lambda_)``."""
 
@@ -80,4 +88,7 @@ def adapters(stock: bool) -> SimpleNamespace:
         def forward(self, graph, feat, feat_0):
             return self.conv(feat, feat_0, graph)
 
+    # the drop-ins' layers end in the model's one-pass ReLU and dropout (dgl_rsc.models.fused),
+    # whose dropout draws from the epilogue's hash: the stock convs keep torch's op by op
+    GraphConv.rsc_pre_activation = SAGEConv.rsc_pre_activation = not stock
     return SimpleNamespace(GraphConv=GraphConv, SAGEConv=SAGEConv, GCN2Conv=GCN2Conv)

@@ -43,6 +43,7 @@ from ..core.controller import RSCController
 from ..core.disabled import disabled_controller
 from ..core.ops import compiling
 from ..core.ops import handle as op_handle
+from ..dgl.nn.input_cache import InputAggregationCache
 from .forwards import Front, fused_product, gcn2_forward, gcn_forward, sage_forward
 
 __all__ = ["patch", "is_patched", "patched_symbols", "COVERED"]
@@ -92,11 +93,22 @@ class _Watch:
     """The block's bookkeeping: products taken over, the message-passing modules running (so
     that a product inside an evaluation forward takes no slot), and the warnings given."""
 
-    def __init__(self, ctl: RSCController, owner: int):
+    def __init__(self, ctl: RSCController, owner: int, cache_inputs: bool = True):
         self.ctl, self.owner = ctl, owner
         self.taken = 0
         self.running: list[tuple] = []  # (module id, training, products taken before it)
         self.warned: set = set()
+        self.cache_inputs = cache_inputs
+        self.inputs: dict = {}  # id(conv) -> (conv, its InputAggregationCache) in the block
+
+    def input_cache(self, module):
+        """``module``'s cache of its input's aggregation for this block, or ``None``."""
+        if not self.cache_inputs or module is None:
+            return None
+        entry = self.inputs.get(id(module))
+        if entry is None or entry[0] is not module:
+            entry = self.inputs[id(module)] = (module, InputAggregationCache())
+        return entry[1]
 
     def owned(self) -> bool:
         """The calling thread opened the block (not asked while dynamo traces: compiled code
@@ -131,7 +143,12 @@ class _Watch:
 
     def front(self, module=None) -> Front:
         return Front(functools.partial(self.rsc, module=module), self.ctl.structures,
-                     self.warn)  # fmt: skip
+                     self.warn, self.input_cache, self.noted)  # fmt: skip
+
+    def noted(self, built: bool) -> None:
+        """A layer reused (``built``: computed) its input's aggregation: its product."""
+        self.taken += 1
+        self.ctl.note_cached_input(built)
 
     # global module hooks: a MessagePassing forward that took no product is reported
     def before(self, module, args):
@@ -192,6 +209,7 @@ def patch(
     *,
     enabled: bool = True,
     keep_freed_memory: bool = True,
+    cache_inputs: bool = True,
     **overrides,
 ) -> Iterator[RSCController]:
     """Run PyG's sparse aggregations on RSC's operator for the duration of the block.
@@ -204,6 +222,11 @@ def patch(
         keep_freed_memory: glibc keeps freed large blocks for reuse while the block lasts
             (:func:`dgl_rsc.base.memory.freed_memory_kept`; restored on exit, left alone
             where the process or its user set the allocator); numbers unchanged.
+        cache_inputs: a ``GCNConv``/``SAGEConv`` whose input needs no gradient (the
+            dataset's features, no input dropout) aggregates it once and reuses it while
+            the same unchanged tensors come back; ``GCNConv`` then aggregates before its
+            transform (``(A X) W``, equal to PyG's ``A (X W)`` up to rounding) and its
+            backward has no sparse product. ``False``: PyG's order at every call.
         **overrides: :class:`~dgl_rsc.RSCConfig` fields (``budget=0.1``,
             ``total_steps=...``).
 
@@ -224,7 +247,7 @@ def patch(
         return
     rsc = RSCController.coerce(config, **overrides)
     op_handle(rsc)  # known to the custom operators before torch.compile traces
-    watch = _Watch(rsc, threading.get_ident())
+    watch = _Watch(rsc, threading.get_ident(), cache_inputs)
     with _ACTIVATION:
         if is_patched():
             raise RuntimeError(

@@ -315,3 +315,26 @@ def test_narrow_products_keep_the_exact_backward_and_the_budget_goes_to_the_rest
         grad_n = step(every)
     assert not torch.allclose(grad_n, exact_n)
     assert [x["narrow"] for x in every.stats()["layers"]] == [False, False]
+
+
+def test_a_product_that_stopped_running_takes_no_share_of_the_budget():
+    """A slot whose backward ran early and then never again (a first layer whose input
+    aggregation is reused from step 2 on) leaves the solve once a tune has passed: the
+    budget goes to the products still running, as if the stopped one had never run."""
+    A = power_law_csr(800, 10.0, seed=1)
+    B = power_law_csr(800, 3.0, seed=2)
+    X = torch.randn(800, 8, requires_grad=True)
+    G = torch.randn(800, 8)
+    cfg = dict(min_width=0, budget=0.2, warmup_steps=1, tune_interval=2, cache_interval=2,
+               guard=False)  # fmt: skip
+    rsc = RSCController(**cfg)
+    for _ in range(3):
+        run_step(rsc, [A, B], X, G)
+    assert set(rsc.allocation) == {0, 1}
+    for _ in range(4):  # only product 0 from now on (slot 1 stops)
+        run_step(rsc, [A], X, G)
+    assert set(rsc.allocation) == {0}
+    alone = RSCController(**cfg)
+    for _ in range(7):
+        run_step(alone, [A], X, G)
+    assert rsc.allocation[0][0] == alone.allocation[0][0]

@@ -80,3 +80,21 @@ def test_from_coo_keeps_duplicates_and_nbytes():
     assert A.nnz == 3 and A.to_dense().tolist() == [[0.0, 2.0], [4.0, 0.0]]
     assert A.nbytes() == 3 * 8 + 3 * 8 + 3 * 4
     assert "nnz=3" in repr(A)
+
+
+def test_transpose_gathers_the_values_once_while_they_stay_the_same():
+    """Values kept across steps (PyG's normalized adjacency) are transposed once per
+    structure; an in-place change gathers them again; values that need a gradient never."""
+    A = CSR.from_coo(torch.tensor([0, 0, 1, 2]), torch.tensor([1, 2, 0, 1]),
+                     torch.tensor([1.0, 2.0, 3.0, 4.0]), (3, 3))  # fmt: skip
+    t1, t2 = A.transpose(), A.with_values(A.values).transpose()  # a new CSR, same values
+    assert t1.values is t2.values
+    torch.testing.assert_close(t1.to_dense(), A.to_dense().t())
+    A.values.mul_(2.0)
+    t3 = A.transpose()
+    assert t3.values is not t1.values
+    torch.testing.assert_close(t3.to_dense(), A.to_dense().t())
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    B = A.with_values(w)
+    (B.transpose().values * torch.arange(4.0)).sum().backward()
+    assert w.grad is not None and B.transpose().values is not B.transpose().values
