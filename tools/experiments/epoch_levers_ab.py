@@ -8,7 +8,9 @@ set before each of the variant's epochs, or once when every variant has the same
 ``cache`` ``on`` or ``off`` (the drop-in layers' input aggregation reused,
 :func:`dgl_rsc.nn.cache_input_aggregation`); ``fused`` ``on`` or ``off`` (GCN/SAGE hidden
 layers' one-pass epilogue, :mod:`dgl_rsc.models.fused`); ``engine`` ``auto``, ``dgl`` or
-``numba`` (the exact CPU products' engine, :mod:`dgl_rsc.sparse.engine_pick`). The variants
+``numba`` (the exact CPU products' engine, :mod:`dgl_rsc.sparse.engine_pick`); ``narrow``
+``on`` or ``off`` (a classifier's narrow weight product padded, :mod:`dgl_rsc.backends.narrow_mm`,
+in the fused path). The variants
 take turns one epoch at a time, the order rotating each round, so that each round sees about
 the same machine load; per variant the median and mean epoch, minor page faults per epoch,
 and the ratio to the first variant.
@@ -37,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 
 from bench_common import machine, write_json
 
+from dgl_rsc.backends import narrow_mm
 from dgl_rsc.base.memory import keep_freed_memory, peak_rss_bytes
 from dgl_rsc.dgl.nn.input_cache import cache_input_aggregation, input_cache_counts
 from dgl_rsc.launcher.train import _PATCHES, _setup, _train_step, prepare
@@ -46,12 +49,13 @@ from dgl_rsc.sparse import engine_pick
 
 CHOICES = {"method": ("exact", "rsc", "stock"), "alloc": ("kept", "default"),
            "cache": ("on", "off"), "fused": ("on", "off"),
-           "engine": ("auto", "dgl", "numba")}  # fmt: skip
+           "engine": ("auto", "dgl", "numba"), "narrow": ("on", "off")}  # fmt: skip
 
 
 def parse(text: str) -> tuple:
     name, _, rest = text.partition(":")
-    opts = {"method": "exact", "alloc": "kept", "cache": "on", "fused": "on", "engine": "auto"}
+    opts = {"method": "exact", "alloc": "kept", "cache": "on", "fused": "on", "engine": "auto",
+            "narrow": "on"}  # fmt: skip
     for item in filter(None, rest.split(",")):
         k, _, v = item.partition("=")
         if k not in CHOICES or v not in CHOICES[k]:
@@ -121,6 +125,7 @@ def main(argv=None) -> int:
                 keep_freed_memory(alloc == "kept")  # per epoch: faults of kept overstated
             run = runs[name]
             engine_pick.CPU_ENGINE = variants[name]["engine"]
+            narrow_mm.NARROW = 16 if variants[name]["narrow"] == "on" else 0
             with epoch_ctx(run):
                 step = _train_step(run, prep)
             if r >= args.warmup and not transition:

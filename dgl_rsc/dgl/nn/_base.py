@@ -8,6 +8,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ...backends.narrow_mm import narrow_mm
 from ...base.user_warnings import warn_user
 from ...core.controller import RSCController
 from ...core.ops import compiling, slot_ref
@@ -133,12 +134,14 @@ class RSCLayer(nn.Module):
         """This layer's INT8 state, or ``None`` (fp32 products)."""
         return self._rsc_int8
 
-    def _matmul(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def _matmul(self, x: torch.Tensor, w: torch.Tensor, reassociate: bool = False):
         """``x @ w``: INT8 with int32 accumulation when the layer is quantized and its spec
-        runs weight products in INT8 on this device (:meth:`Int8Spec.dense_int8`)."""
+        runs weight products in INT8 on this device (:meth:`Int8Spec.dense_int8`);
+        ``reassociate``: a narrow ``w`` on the CPU through :func:`narrow_mm` (equal up to
+        rounding)."""
         state = self._rsc_int8
         if state is None or w.dim() != 2 or not state.spec.dense_int8(x.device):
-            return torch.matmul(x, w)
+            return narrow_mm(x, w) if reassociate else torch.matmul(x, w)
         state.training = self.training
         return int8_matmul(x, w, state)
 

@@ -178,11 +178,13 @@ class GraphConv(RSCLayer):
             lambda: self._aggregate(graph, feat_src, edge_weight, **scales),
         )
         if rst is None and weight is not None and not self._aggregate_first(feat_src):
-            rst = self._aggregate(graph, self._matmul(feat_src, weight), edge_weight, **scales)
+            h = self._matmul(feat_src, weight, reassociate=True)
+            rst = self._aggregate(graph, h, edge_weight, **scales)
             weight = None  # applied
         elif rst is None:
             rst = self._aggregate(graph, feat_src, edge_weight, **scales)
-        return (rst if weight is None else self._matmul(rst, weight)), None, self.bias
+        out = rst if weight is None else self._matmul(rst, weight, reassociate=True)
+        return out, None, self.bias
 
     def _aggregate_first(self, feat_src) -> bool:
         """The order of :meth:`pre_activation` by the sparse product's row widths it costs
