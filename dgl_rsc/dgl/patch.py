@@ -270,14 +270,12 @@ def _make_wrappers(rsc: RSCController, originals: dict, owner_thread: int):
         ):
             cache, feat = reuse
             A, _ = csr_from_graph_index(gidx, rsc.structures)
-            builds = cache.builds
 
             def build():
                 return orig_gspmm(gidx, op, reduce_op, lhs_data, rhs_data)
 
-            out = cache.get(feat, (A.indptr, A.indices), build)
+            out = cache.get(feat, (A.indptr, A.indices), build, rsc.note_cached_input)
             if out is not None:
-                rsc.note_cached_input(built=cache.builds != builds)
                 return out
         if torch.is_autocast_enabled():  # DGL computes in the autocast dtype: so do we
             args, autocast_off = dgl_private.autocast_operands(lhs_data, rhs_data)

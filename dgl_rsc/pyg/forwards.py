@@ -121,10 +121,8 @@ def _input_aggregation(conv, front: Front, x, reads: tuple, A_of, width: int, me
     def build():
         return aggregate(A_of(), x, None, mean=mean)
 
-    builds = cache.builds
-    out = cache.get(x, reads, build)
+    out = cache.get(x, reads, build, front.noted)
     if out is not None:
-        front.noted(cache.builds != builds)
         return out
     if x.shape[1] > 2 * width:
         return None
@@ -163,7 +161,7 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
             return norm.A
         A, perm = edge_csr(built[0], n, n, conv.flow, front.structures, *built[1:])
         A = A if norm_w is None else A.with_values(norm_w[perm])
-        if norm is not None and norm.key is not None:
+        if norm is not None and norm.kept:
             norm.A = A
         return A
 
@@ -173,8 +171,8 @@ def _normalized(conv, front: Front, x, edge_index, edge_weight, improved: bool):
 @dataclasses.dataclass
 class _Norm:
     edges: tuple  # gcn_norm's (edge_index, edge_weight)
-    key: Optional[tuple]  # its key in the structure cache (None: computed for this call)
-    A: Optional[object] = None  # the weighted A, built on first use
+    kept: bool  # held by the structure cache (False: computed for this call only)
+    A: Optional[object] = None  # the weighted A, built on first use where kept
 
 
 def _kept_norm(front: Front, args: tuple, compute: Callable) -> _Norm:
@@ -186,12 +184,12 @@ def _kept_norm(front: Front, args: tuple, compute: Callable) -> _Norm:
     gradient flows through the normalization)."""
     edge_index, edge_weight = args[:2]
     if edge_weight is not None and edge_weight.requires_grad and torch.is_grad_enabled():
-        return _Norm(compute(), None)
+        return _Norm(compute(), False)
     weights = None if edge_weight is None else (id(edge_weight), edge_weight._version)
     key = ("gcn_norm_values", id(edge_index), edge_index._version, weights, *args[2:],
            edge_index.device)  # fmt: skip
     return front.structures.get_by_key(key, (edge_index, edge_weight),
-                                       lambda: _Norm(compute(), key))  # fmt: skip
+                                       lambda: _Norm(compute(), True))  # fmt: skip
 
 
 def _normalized_sparse(conv, front: Front, x, adj, edge_weight):

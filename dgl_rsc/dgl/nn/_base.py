@@ -204,12 +204,9 @@ class RSCLayer(nn.Module):
         ):
             return None
         A, _ = message_structure(graph, self._structures())
-        cache = self._rsc_input_cache
-        builds = cache.builds
-        out = cache.get(feat, (A.indptr, A.indices, edge_weight), lambda: self._fp32(build))
-        if out is not None and self._rsc_ctl is not None:
-            self._rsc_ctl.note_cached_input(built=cache.builds != builds)
-        return out
+        used = None if self._rsc_ctl is None else self._rsc_ctl.note_cached_input
+        return self._rsc_input_cache.get(feat, (A.indptr, A.indices, edge_weight),
+                                         lambda: self._fp32(build), used)  # fmt: skip
 
     def _fp32(self, build: Callable[[], torch.Tensor]) -> torch.Tensor:
         """``build()`` with this layer's products in fp32: a product computed once per run

@@ -56,10 +56,12 @@ class InputAggregationCache:
         self.hits = self.builds = 0
         self._entry: Optional[_Entry] = None
 
-    def get(self, feat: torch.Tensor, reads: tuple, build: Callable[[], torch.Tensor]):
+    def get(self, feat: torch.Tensor, reads: tuple, build: Callable[[], torch.Tensor],
+            used: Optional[Callable[[bool], None]] = None):  # fmt: skip
         """The cached product for ``feat`` and ``reads`` (the graph's index arrays, edge
         weights; ``None`` entries skipped), built with ``build()`` (under ``no_grad``) the
-        second time the same unchanged ``feat`` comes; ``None``: use the plain path."""
+        second time the same unchanged ``feat`` comes; ``None``: use the plain path.
+        ``used(built)`` is called when a product is returned (``built``: computed now)."""
         if not self.enabled or feat.requires_grad:
             return None
         sig = _signature(feat, reads)
@@ -70,8 +72,12 @@ class InputAggregationCache:
                     e.value = build()
                 e.version = e.value._version
                 self.builds += 1
+                built = True
             else:
                 self.hits += 1
+                built = False
+            if used is not None:
+                used(built)
             return e.value
         self._entry = _Entry(weakref.ref(feat), sig, tuple(t for t in reads if t is not None))
         return None
