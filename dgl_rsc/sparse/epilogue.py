@@ -99,8 +99,7 @@ def _torch_backward(dy, y, seed, p, relu, want_bias):
         dx = torch.where(keep_mask(dy.shape, seed, p, dy.device), dy * scale, zero)
     else:
         dx = dy.clone()
-    db = dx.sum(0, dtype=torch.float64).to(dy.dtype) if want_bias else None
-    return dx, db
+    return dx, (dx.sum(0) if want_bias else None)
 
 
 def _row_ranges(n: int, d: int, threads: int) -> list:
@@ -145,18 +144,15 @@ def _numba_backward(dy, y, seed, p, relu, want_bias):
     from ..backends.cpu_fused import backward_rows
 
     dx = torch.empty_like(dy)
-    ranges = _row_ranges(dy.shape[0], dy.shape[1], torch.get_num_threads())
-    colsum = np.zeros((len(ranges), dy.shape[1] if want_bias else 0), np.float64)
     dyn, yn, dxn = dy.detach().numpy(), y.detach().numpy(), dx.numpy()
     thr, scale = (_threshold(p), np.float32(1.0 / (1.0 - p))) if p > 0 else (0, np.float32(1))
     lo, hi = np.uint32(seed[0]), np.uint32(seed[1])
 
-    def work(a, b, k):
-        backward_rows(dyn, yn, dxn, colsum, a, b, k, lo, hi, thr, scale, relu)
+    def work(a, b, _k):
+        backward_rows(dyn, yn, dxn, a, b, lo, hi, thr, scale, relu)
 
-    _run(ranges, work)
-    db = torch.from_numpy(colsum.sum(0)).to(dy.dtype) if want_bias else None
-    return dx, db
+    _run(_row_ranges(dy.shape[0], dy.shape[1], torch.get_num_threads()), work)
+    return dx, (dx.sum(0) if want_bias else None)
 
 
 #: ``name -> (forward(x, other, bias, seed, p, relu) -> y,
@@ -188,7 +184,8 @@ class _BiasActDropout(torch.autograd.Function):
         (y,) = ctx.saved_tensors
         seed, p, relu, engine, has_other, has_bias = ctx.conf
         _, bwd = ENGINES[engine]
-        dx, db = bwd(dy.contiguous(), y, seed, p, relu, has_bias and ctx.needs_input_grad[2])
+        want_bias = has_bias and ctx.needs_input_grad[2]
+        dx, db = bwd(dy.contiguous(), y, seed, p, relu, want_bias)
         return dx, (dx if has_other else None), db, None, None, None
 
 
