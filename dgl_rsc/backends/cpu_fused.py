@@ -46,11 +46,12 @@ def mix32(x):
 
 @intrinsic
 def _kept(typingctx, key, j, thr):
-    """``mix32(key ^ (j * GOLDEN mod 2^32)) >= thr`` (uint32 ``key``, ``thr``; integer ``j``),
-    emitted as 32-bit LLVM operations: the same value as :func:`mix32`, but Numba would widen
-    each ``uint32`` product to 64 bits, which halves the vector lanes (``vpmuludq`` on four
-    lanes instead of ``vpmulld`` on eight) and made dropout's mask three times slower."""
-    sig = types.boolean(types.uint32, j, types.uint32)
+    """``mix32(key ^ (j * GOLDEN mod 2^32)) >= thr`` (uint32 ``key``, ``thr``; ``j`` cast to
+    int64), emitted as 32-bit LLVM operations: the same value as :func:`mix32`, but Numba
+    would widen each ``uint32`` product to 64 bits, which halves the vector lanes
+    (``vpmuludq`` on four lanes instead of ``vpmulld`` on eight) and made dropout's mask three
+    times slower."""
+    sig = types.boolean(types.uint32, types.int64, types.uint32)
 
     def codegen(context, builder, signature, args):
         k, jj, t = args
