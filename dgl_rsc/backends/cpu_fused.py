@@ -84,7 +84,7 @@ def forward_rows(x, other, bias, y, r0, r1, seed_lo, seed_hi, threshold, scale, 
     thr = np.uint32(threshold)
     with_other = other.shape[1] > 0
     for i in range(r0, r1):
-        key = _row_key(seed_lo, seed_hi, i)
+        key = _row_key(seed_lo, seed_hi, i) if threshold > 0 else np.uint32(0)
         for j in range(x.shape[1]):
             v = x[i, j]
             if with_other:

@@ -86,13 +86,17 @@ def main(argv=None) -> int:
     p.add_argument("--old-rev", default="5a54447", help="git revision of the old kernels")
     args, rest = p.parse_known_args(argv)
     engines = {"new": E.ENGINES["numba"], "old": old_engine(load_kernels(args.old_rev))}
-    real_setup, real_step, names = AB._setup, AB._train_step, {}
-    variants = [v.split(":")[0] for i, v in enumerate(rest) if i and rest[i - 1] == "--variant"]
-    order = iter(variants)
+    real_parse, real_setup, real_step = AB.parse, AB._setup, AB._train_step
+    parsed, names = [], {}
 
-    def setup(cfg, prep, method):  # epoch_levers_ab builds the runs in --variant order
+    def parse(text):  # the names as epoch_levers_ab reads them, in --variant order
+        name, opts = real_parse(text)
+        parsed.append(name)
+        return name, opts
+
+    def setup(cfg, prep, method):  # one run per distinct name, in that order
         run = real_setup(cfg, prep, method)
-        names[id(run)] = next(order)
+        names[id(run)] = list(dict.fromkeys(parsed))[len(names)]
         return run
 
     def step(run, prep):
@@ -102,7 +106,7 @@ def main(argv=None) -> int:
         finally:
             E.ENGINES["numba"] = engines["new"]
 
-    AB._setup, AB._train_step = setup, step
+    AB.parse, AB._setup, AB._train_step = parse, setup, step
     return AB.main(rest)
 
 
