@@ -10,7 +10,10 @@ set before each of the variant's epochs, or once when every variant has the same
 layers' one-pass epilogue, :mod:`dgl_rsc.models.fused`); ``engine`` ``auto``, ``dgl`` or
 ``numba`` (the exact CPU products' engine, :mod:`dgl_rsc.sparse.engine_pick`); ``narrow``
 ``on`` or ``off`` (a classifier's narrow weight product padded, :mod:`dgl_rsc.backends.narrow_mm`,
-in the fused path). The variants
+in the fused path); ``order`` ``none``, ``degree`` or ``rcm`` (``train.node_order``: the
+variant trains on the graph renumbered once, :mod:`dgl_rsc.data.reorder`; each order is
+prepared once and shared by the variants that name it); and any ``rsc.KEY=VALUE`` of the
+config (the variant's controller only, e.g. ``rsc.min_width=1``). The variants
 take turns one epoch at a time, the order rotating each round, so that each round sees about
 the same machine load; per variant the median and mean epoch, minor page faults per epoch,
 and the ratio to the first variant.
@@ -41,6 +44,7 @@ from bench_common import machine, write_json
 
 from dgl_rsc.backends import narrow_mm
 from dgl_rsc.base.memory import keep_freed_memory, peak_rss_bytes
+from dgl_rsc.data.reorder import NODE_ORDERS
 from dgl_rsc.dgl.nn.input_cache import cache_input_aggregation, input_cache_counts
 from dgl_rsc.launcher.train import _PATCHES, _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
@@ -49,15 +53,20 @@ from dgl_rsc.sparse import engine_pick
 
 CHOICES = {"method": ("exact", "rsc", "stock"), "alloc": ("kept", "default"),
            "cache": ("on", "off"), "fused": ("on", "off"),
-           "engine": ("auto", "dgl", "numba"), "narrow": ("on", "off")}  # fmt: skip
+           "engine": ("auto", "dgl", "numba"), "narrow": ("on", "off"),
+           "order": tuple(NODE_ORDERS)}  # fmt: skip
 
 
 def parse(text: str) -> tuple:
     name, _, rest = text.partition(":")
     opts = {"method": "exact", "alloc": "kept", "cache": "on", "fused": "on", "engine": "auto",
-            "narrow": "on"}  # fmt: skip
+            "narrow": "on", "order": "none"}  # fmt: skip
+    opts["rsc"] = []
     for item in filter(None, rest.split(",")):
         k, _, v = item.partition("=")
+        if k.startswith("rsc.") and v:
+            opts["rsc"].append(item)
+            continue
         if k not in CHOICES or v not in CHOICES[k]:
             raise SystemExit(f"--variant {text!r}: {k}={v!r}; choices {CHOICES}")
         opts[k] = v
@@ -68,7 +77,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
     p.add_argument(
-        "--variant", action="append", required=True, help="name:method=,alloc=,cache=,fused="
+        "--variant",
+        action="append",
+        required=True,
+        help="name:method=,alloc=,cache=,fused=,engine=,narrow=,order=,rsc.KEY=",
     )
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--warmup", type=int, default=6, help="rounds not timed")
@@ -80,14 +92,22 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     sets = ["train.checkpoint_every=0", "train.eval_every=1000000",
             "train.keep_freed_memory=false", *args.sets]  # fmt: skip
-    cfg = load_config(args.config, sets)
-    if cfg.rsc is not None:  # RSC in its approximate phase throughout: no switch to exact
-        cfg = dataclasses.replace(cfg, rsc=cfg.rsc.replace(total_steps=10**9))
-    prep = prepare(cfg)
     variants = dict(parse(v) for v in args.variant)
+
+    def config(o):
+        cfg = load_config(args.config, [*sets, f"train.node_order={o['order']}", *o["rsc"]])
+        if cfg.rsc is not None:  # RSC in its approximate phase throughout: no switch to exact
+            cfg = dataclasses.replace(cfg, rsc=cfg.rsc.replace(total_steps=10**9))
+        return cfg
+
+    preps = {}  # node order -> prepared data (the rsc keys do not change it)
+    for o in variants.values():
+        if o["order"] not in preps:
+            preps[o["order"]] = prepare(config(o))
     runs = {}
     for name, o in variants.items():
         torch.manual_seed(0)
+        cfg, prep = config(o), preps[o["order"]]
         runs[name] = run = _setup(cfg, prep, o["method"])
         cache_input_aggregation(run.model, enabled=o["cache"] == "on")
         if hasattr(run.model, "fused_epilogue"):
@@ -127,14 +147,15 @@ def main(argv=None) -> int:
             engine_pick.CPU_ENGINE = variants[name]["engine"]
             narrow_mm.NARROW = 16 if variants[name]["narrow"] == "on" else 0
             with epoch_ctx(run):
-                step = _train_step(run, prep)
+                step = _train_step(run, preps[variants[name]["order"]])
             if r >= args.warmup and not transition:
                 times[name, alloc].append(step["epoch_s"])
                 faults[name, alloc].append(step["minor_faults"])
     first = keys[0]
     med = {k: statistics.median(v) for k, v in times.items()}
     mean = {k: statistics.mean(v) for k, v in times.items()}
-    out = {"machine": machine(prep.device), "command": " ".join(sys.argv), "config": args.config,
+    device = next(iter(preps.values())).device
+    out = {"machine": machine(device), "command": " ".join(sys.argv), "config": args.config,
            "sets": args.sets, "rounds": args.rounds, "warmup": args.warmup,
            "alloc_blocks": args.alloc_blocks,
            "load_average_1min": os.getloadavg()[0],  # at the end: other jobs running?
