@@ -716,7 +716,7 @@ BLOCKS = {
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
     "int8-cpu-epochs": lambda: int8_epochs(
-        ["compile_int8cpu_200k.json", "compile_200k_modern.json"]
+        ["compile_int8cpu_200k.json", "compile_200k_modern_ops.json"]
     ),
     "minibatch": lambda: parity("minibatch_small.json"),
 }

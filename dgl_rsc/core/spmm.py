@@ -16,6 +16,7 @@ from ..sparse.products import Scales, csr_mm, sddmm
 from .backward import BackwardSampler, SamplerSource, feature_grad
 from .fixed import Sampler
 from .ops import SlotRef, compiled_spmm, compiling
+from .ops_memo import memo_spmm
 
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
 
@@ -200,13 +201,16 @@ def spmm_matrix(
     row_divide: bool = False,
     score_col_scale: Optional[torch.Tensor] = None,
     quant=None,
+    memo: int = 0,
 ) -> torch.Tensor:
     """``diag(row_scale) A diag(col_scale) X`` for a :class:`~dgl_rsc.CSR` (see
     :func:`spmm_csr`). ``score_col_scale (N,)``: a column scale the caller already applied to
     ``X`` (or before a dense product that produced ``X``); not applied again, only used to
     score rows as rows of the normalized matrix. ``quant``: an
     :class:`~dgl_rsc.int8.spec.Int8State` to run the forward and backward products (exact
-    or sampled) on INT8 operands, or ``None``."""
+    or sampled) on INT8 operands, or ``None``. ``memo``: while torch.compile traces, a handle
+    of :mod:`dgl_rsc.core.ops_memo` under which a product whose ``X`` needs no gradient is
+    reused across steps (0: none; eager code ignores it)."""
     check_dense(X, A.shape[1], A.device)
     row = _check_scale("row_scale", row_scale, A.shape[0], X)
     if row is not None and row_divide:  # x / inf = 0: a row divided by 0 gives 0, not NaN
@@ -222,7 +226,10 @@ def spmm_matrix(
     X2 = X.unsqueeze(1) if vec else X
     if compiling():  # one custom operator node; the sampler is bound when it runs
         trains = rsc is not None and torch.is_grad_enabled() and X.requires_grad
-        Y = compiled_spmm(A, X2, rsc if trains else None, scales)
+        if memo and quant is None and not (torch.is_grad_enabled() and X.requires_grad):
+            Y = memo_spmm(A, X2, scales, memo)
+        else:
+            Y = compiled_spmm(A, X2, rsc if trains else None, scales)
     else:
         Y = RSCSpMM.apply(A.values, X2, A, _resolve_sampler(rsc, X), scales)
     return Y.squeeze(1) if vec else Y

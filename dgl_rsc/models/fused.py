@@ -12,9 +12,10 @@ dropout drawn by the epilogue's hash instead of ``torch.nn.Dropout`` (the same d
 It runs only where it sees the whole layer: our ``GraphConv``/``SAGEConv`` without an
 activation inside (or the PyG drop-ins' adapters, whose ``pre_activation`` is the conv's
 output with its bias: ReLU and dropout fused), no batch norm, no hooks on the modules it
-bypasses, CPU float32 features with the Numba engine, not while torch.compile traces
-(compile fuses on its own). Elsewhere the op-by-op forward runs. ``model.fused_epilogue =
-False`` turns it off.
+bypasses, CPU float32 features with the Numba engine. Under torch.compile (torch >= 2.4)
+the epilogue is one custom operator (``dgl_rsc::bias_act_dropout``): inductor's
+dropout draws cost more on the CPU than the whole layer. Elsewhere the op-by-op forward
+runs. ``model.fused_epilogue = False`` turns it off.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.ops import compiling
 from ..dgl.nn.graphconv import GraphConv
 from ..dgl.nn.sageconv import SAGEConv
 from ..sparse.epilogue import bias_act_dropout, engine_for
@@ -42,7 +42,7 @@ def _plain_conv(conv) -> bool:
 
 def applies(stack, graph, feat) -> bool:
     """Whether :func:`fused_forward` computes ``stack``'s forward for this call."""
-    if not getattr(stack, "fused_epilogue", False) or compiling():
+    if not getattr(stack, "fused_epilogue", False):
         return False
     if not isinstance(feat, torch.Tensor) or engine_for(feat) != "numba":
         return False

@@ -95,11 +95,13 @@ class RSCLayer(nn.Module):
         self.clear_cache()
         self._rsc_ctl, self._rsc_index, self._rsc_mode = controller, int(index), "attached"
         op_handle(controller)  # known to the custom operators before torch.compile traces
+        self._rsc_input_cache.notify = controller.note_cached_input  # compiled reuse counts
 
     def rsc_exact(self) -> None:
         """Use the exact backward (no controller, no sampling, no warning)."""
         self.clear_cache()
         self._rsc_ctl, self._rsc_index, self._rsc_mode = None, 0, "exact"
+        self._rsc_input_cache.notify = None
 
     def rsc_controller(self) -> Optional[RSCController]:
         """The controller driving this layer, or ``None`` (exact backward)."""
@@ -186,8 +188,18 @@ class RSCLayer(nn.Module):
         state = self._backward_state(slot, feat, A)
         if self._rsc_int8 is not None:
             self._rsc_int8.training = self.training
-        out = spmm_matrix(A, flat, state, quant=self._rsc_int8, **scales)
+        out = spmm_matrix(A, flat, state, quant=self._rsc_int8,
+                          memo=self._memo(graph, feat, weights.values), **scales)  # fmt: skip
         return out.reshape((A.shape[0],) + weights.out_tail)
+
+    def _memo(self, graph, feat: torch.Tensor, values) -> int:
+        """While torch.compile traces: the input cache's memo handle for a product of input
+        ``feat`` that eager code would reuse across steps (:mod:`.input_cache`); else 0."""
+        if not compiling() or feat.requires_grad or self._rsc_int8 is not None:
+            return 0
+        if not self._rsc_input_cache.enabled or getattr(graph, "is_block", False):
+            return 0
+        return 0 if values is not None and values.requires_grad else self._rsc_input_cache.handle
 
     def _cached_input(self, graph, feat, edge_weight, build: Callable[[], torch.Tensor]):
         """``build()``'s ``(N_dst, D)`` aggregation of ``feat``, computed once and reused while
