@@ -162,7 +162,11 @@ def _numba_backward(dy, y, seed, p, relu, want_bias):
 ENGINES = {"numba": (_numba_forward, _numba_backward), "torch": (_torch_forward, _torch_backward)}
 
 
-@torch.compiler.assume_constant_result  # traced: dynamo runs it once, no cache wrapper traced
+#: dynamo runs a function so marked instead of tracing it (its cache wrapper warns when traced)
+_constant = getattr(getattr(torch, "compiler", None), "assume_constant_result", lambda f: f)
+
+
+@_constant
 def _numba_imports() -> bool:
     return _deps.numba_available()
 
