@@ -55,7 +55,7 @@ def test_the_operator_passes_torch_opcheck():
     torch.library.opcheck(E._backward_op, (dy, y, seed, 0.3, True, "numba", True))
 
 
-def _setup(dropout):
+def _setup(dropout, name="gcn"):
     g = torch.Generator().manual_seed(0)
     n = 300
     src, dst = torch.randint(0, n, (2, 2400), generator=g)
@@ -63,7 +63,7 @@ def _setup(dropout):
     graph = Graph(torch.cat([src, loops]), torch.cat([dst, loops]), n)
     x, y = torch.randn(n, 12, generator=g), torch.randint(0, 4, (n,), generator=g)
     torch.manual_seed(0)
-    net = build_model("gcn", 12, 4, engine="native", hidden=32, layers=3, dropout=dropout)
+    net = build_model(name, 12, 4, engine="native", hidden=32, layers=3, dropout=dropout)
     return graph, x, y, net
 
 
@@ -107,8 +107,10 @@ def test_compiled_training_with_dropout_keeps_each_element_with_probability_one_
     assert all(0.2 < kept < 0.6 for _, kept in seen)  # ReLU zeroes some of the kept half
 
 
-def test_compiled_equals_eager_without_dropout():
-    graph, x, y, eager = _setup(0.0)
+@pytest.mark.parametrize("name", ["gcn", "sage"])  # SAGE: the self term's gradient too
+def test_compiled_equals_eager_without_dropout(name):
+    graph, x, y, eager = _setup(0.0, name)
+    assert fused.applies(eager, graph, x)
     compiled = copy.deepcopy(eager)
     rnn.exact(eager), rnn.exact(compiled)
     torch._dynamo.reset()
