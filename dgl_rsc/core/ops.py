@@ -29,7 +29,7 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from ..base import _deps
+from ..base.tracing import HAS_OPS, compiling
 from ..sparse.csr import CSR
 from ..sparse.products import Scales, csr_mm, sddmm
 from ..sparse.structure_cache import StructureCache
@@ -48,26 +48,18 @@ __all__ = [
     "OpMatrix",
 ]
 
-#: ``torch.library.custom_op`` and ``register_fake`` exist (torch >= 2.4)
-HAS_OPS = _deps.TORCH_VERSION >= (2, 4)
 #: samplers of forwards whose backward has not run yet (oldest dropped beyond this)
 MAX_TICKETS = 4096
 #: keyed variants from this number on cache their values too (their traced indices are
 #: placeholders): :mod:`dgl_rsc.pyg.compiled`
 KEYED_VALUES = 100
 
-_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 _sources: dict[int, object] = {}  # handle -> controller (held while registered)
 _handles = itertools.count(1)
 _tickets: OrderedDict[int, object] = OrderedDict()
 _ticket_ids = itertools.count(1)
 _structures = StructureCache(capacity=16)
 _keyed_cache: OrderedDict[tuple, tuple] = OrderedDict()  # key -> (key tensor, CSR, perm)
-
-
-def compiling() -> bool:
-    """``True`` while dynamo traces (then the products go through the custom operators)."""
-    return HAS_OPS and _is_compiling is not None and bool(_is_compiling())
 
 
 class SlotRef:

@@ -10,8 +10,8 @@ time, with real tensors, and computes the product itself on ``None``; what it re
 always a fresh tensor, since compiled code may write into an operator's output.
 
 The memo decides what a hit is; the layer's own (:class:`~dgl_rsc.dgl.nn.input_cache.
-InputAggregationCache`) compares the storage, version and layout of ``X``, the matrix object,
-and the values of the scales.
+InputAggregationCache`) compares the storage, version and layout of ``X`` and of the matrix's
+index arrays, and the values of the edge weights and scales.
 """
 
 from __future__ import annotations

@@ -225,11 +225,11 @@ def spmm_matrix(
     vec = X.dim() == 1
     X2 = X.unsqueeze(1) if vec else X
     if compiling():  # one custom operator node; the sampler is bound when it runs
-        trains = rsc is not None and torch.is_grad_enabled() and X.requires_grad
-        if memo and quant is None and not (torch.is_grad_enabled() and X.requires_grad):
+        grad = torch.is_grad_enabled() and X.requires_grad
+        if memo and quant is None and not grad:
             Y = memo_spmm(A, X2, scales, memo)
         else:
-            Y = compiled_spmm(A, X2, rsc if trains else None, scales)
+            Y = compiled_spmm(A, X2, rsc if rsc is not None and grad else None, scales)
     else:
         Y = RSCSpMM.apply(A.values, X2, A, _resolve_sampler(rsc, X), scales)
     return Y.squeeze(1) if vec else Y

@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 
 from ..base import _deps
+from ..base.tracing import HAS_OPS, compiling
 
 __all__ = ["bias_act_dropout", "engine_for", "keep_mask", "ENGINES"]
 
@@ -235,15 +236,9 @@ def bias_act_dropout(
     engine = engine or engine_for(x)
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}.")
-    if _compiling():  # one opaque operator, not inductor's kernels and random draws
+    if compiling():  # one opaque operator, not inductor's kernels and random draws
         return _bias_act_dropout_op(x, other, bias, p, bool(relu), engine)
     return _BiasActDropout.apply(x, other, bias, p, bool(relu), engine)
-
-
-def _compiling() -> bool:
-    """Dynamo traces this call and torch has ``torch.library.custom_op`` (>= 2.4)."""
-    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return _deps.TORCH_VERSION >= (2, 4) and is_compiling is not None and bool(is_compiling())
 
 
 # -- under torch.compile (torch >= 2.4) ----------------------------------------------------
@@ -253,7 +248,7 @@ def _compiling() -> bool:
 # instead: one opaque node with a fake implementation, running the same engines and the same
 # hashed mask as eager code. The seed enters as a tensor drawn in the traced graph, so every
 # step draws a new mask without a recompile; the backward operator regenerates the mask.
-if _deps.TORCH_VERSION >= (2, 4):
+if HAS_OPS:
     from torch.library import custom_op, register_autograd
 
     def _seed(seed: torch.Tensor) -> tuple:

@@ -195,11 +195,9 @@ class RSCLayer(nn.Module):
     def _memo(self, graph, feat: torch.Tensor, values) -> int:
         """While torch.compile traces: the input cache's memo handle for a product of input
         ``feat`` that eager code would reuse across steps (:mod:`.input_cache`); else 0."""
-        if not compiling() or feat.requires_grad or self._rsc_int8 is not None:
+        if not compiling() or self._rsc_int8 is not None or not self._rsc_input_cache.enabled:
             return 0
-        if not self._rsc_input_cache.enabled or getattr(graph, "is_block", False):
-            return 0
-        return 0 if values is not None and values.requires_grad else self._rsc_input_cache.handle
+        return self._rsc_input_cache.handle if _constant_input(graph, feat, values) else 0
 
     def _cached_input(self, graph, feat, edge_weight, build: Callable[[], torch.Tensor]):
         """``build()``'s ``(N_dst, D)`` aggregation of ``feat``, computed once and reused while
@@ -207,13 +205,11 @@ class RSCLayer(nn.Module):
         INT8 layer, whose transform stays INT8 where its spec says), or ``None``
         where that cannot hold: then the layer computes its plain path (also while traced by
         torch.compile: the cache's state changes over the first steps and would recompile)."""
-        if (not isinstance(feat, torch.Tensor) or feat.requires_grad or compiling()
-                or getattr(graph, "is_block", False)
-                or getattr(graph, "rsc_aggregate", None) is not None):  # fmt: skip
+        if (not isinstance(feat, torch.Tensor) or compiling()
+                or getattr(graph, "rsc_aggregate", None) is not None
+                or not _constant_input(graph, feat, edge_weight)):  # fmt: skip
             return None
-        if edge_weight is not None and (
-            edge_weight.requires_grad or edge_weight.numel() != graph.num_edges()
-        ):
+        if edge_weight is not None and edge_weight.numel() != graph.num_edges():
             return None
         A, _ = message_structure(graph, self._structures())
         used = None if self._rsc_ctl is None else self._rsc_ctl.note_cached_input
@@ -246,3 +242,11 @@ class RSCLayer(nn.Module):
             self._rsc_warned = True
             warn_user(UNATTACHED_MESSAGE.format(name=type(self).__name__))
         return None
+
+
+def _constant_input(graph, feat: torch.Tensor, edge_weight) -> bool:
+    """Nothing an aggregation of ``feat`` reads needs a gradient and ``graph`` is a whole
+    graph (not a block): the same product may serve every step (:mod:`.input_cache`)."""
+    if feat.requires_grad or getattr(graph, "is_block", False):
+        return False
+    return edge_weight is None or not edge_weight.requires_grad
