@@ -13,7 +13,7 @@ import pytest
 from dgl_rsc.launcher.tta import first_crossing
 
 from .conftest import requires_dgl
-from .launcher.test_launcher import REPO, write_config
+from .launcher.test_launcher import REPO, run_cli, write_config
 from .proc import run as run_cmd
 
 TOOLS = os.path.join(REPO, "tools")
@@ -180,3 +180,38 @@ def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
                    env=env, cwd=REPO, timeout=120)  # fmt: skip
     assert done.returncode != 0 and "expected early-B0-U" in done.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+WITH_STOCK = pytest.param(True, marks=[requires_dgl, pytest.mark.dgl], id="with-stock")
+
+
+@pytest.mark.parametrize("stock", [pytest.param(False, id="exact-rsc"), WITH_STOCK])
+def test_interleaved_tta_trains_each_method_as_the_launcher_does(tmp_path, stock):
+    """``tools/experiments/interleaved_tta.py``: the methods take turns epoch by epoch, each
+    with its own random-number state (dropout on), so every run's losses and evaluations are the
+    launcher's bit for bit; its report has the launcher's summary keys and says it was
+    interleaved; a used output directory is refused before anything trains."""
+    train = {"epochs": 6, "eval_every": 1, "seeds": [0, 1], "stock_baseline": stock}
+    model = {"name": "gcn", "hidden": 16, "layers": 2, "dropout": 0.5}
+    cfg = write_config(tmp_path, train=train, model=model)
+    done = run_cli(["run", cfg, "--out", str(tmp_path / "launcher")])
+    assert done.returncode == 0, done.stdout + done.stderr
+    launched = json.loads((tmp_path / "launcher" / "results.json").read_text())
+    printed = _tool("experiments/interleaved_tta.py", cfg, "--out", str(tmp_path / "inter"))
+    inter = json.loads((tmp_path / "inter" / "results.json").read_text())
+    assert inter["environment"]["interleaved"] is True and "tta exact" in printed
+    key = lambda r: (r["method"], r["seed"])  # noqa: E731
+    runs = {key(r): r for r in launched["runs"]}
+    assert sorted(runs) == sorted(key(r) for r in inter["runs"])
+    assert ("stock", 0) in runs if stock else ("stock", 0) not in runs
+    for r in inter["runs"]:
+        want = runs[key(r)]
+        for a, b in zip(r["history"], want["history"], strict=True):
+            assert (a["loss"], a["val"], a["phase"]) == (b["loss"], b["val"], b["phase"]), key(r)
+        assert r["best"] == want["best"]
+    assert set(inter["summary"]) == set(launched["summary"])
+    assert set(inter["summary"]["rsc"]) == set(launched["summary"]["rsc"])
+    tool = os.path.join(TOOLS, "experiments", "interleaved_tta.py")
+    again = run_cmd([sys.executable, tool, cfg, "--out", str(tmp_path / "inter")], cwd=REPO,
+                    timeout=120)  # fmt: skip
+    assert again.returncode != 0 and "not empty" in again.stderr

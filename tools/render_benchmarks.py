@@ -77,44 +77,6 @@ def spmm(name: str) -> str:
     return "\n".join(out)
 
 
-E2E_ENGINES = ("stock", "patch-exact", "patch-rsc", "dgl-exact", "dgl-rsc", "native-exact",
-               "native-rsc")  # fmt: skip
-
-
-def e2e_cpu(name: str, profile: bool = True) -> str:
-    """tools/bench_cpu_e2e.py"""
-    d = _load(name)
-    m = d["machine"]
-    out = [
-        f"{_where(m)}, torch {m['torch']}, {m['date']}; exact CPU engine `{d.get('cpu_engine')}`. "
-        f"Command: {_cmd(d)}. Mean epoch ms over the timed "
-        "epochs (RSC: its approximate phase) and the ratio to stock DGL in the same process.",
-        "",
-        "| graph | model | threads | " + " | ".join(E2E_ENGINES) + " |",
-        "|---|---|---|" + "---|" * len(E2E_ENGINES),
-    ]
-    for c in d["cases"]:
-        cells = []
-        for e in E2E_ENGINES:
-            ms = c["epoch_ms"].get(e)
-            x = (c.get("vs_stock") or {}).get(e)
-            cells.append("-" if ms is None else f"{ms:.1f} ({x:.2f}x)" if x else f"{ms:.1f}")
-        out.append(f"| {c['graph']} | {c['model']} | {c['threads']} | " + " | ".join(cells) + " |")
-    prof = [c for c in d["cases"] if c.get("profile_ms")] if profile else []
-    if prof:
-        cats = list(next(iter(prof[0]["profile_ms"].values())))
-        out += ["", "Profile of one epoch (self CPU ms by category):", "",
-                "| graph | model | threads | engine | " + " | ".join(cats) + " |",
-                "|---|---|---|---|" + "---|" * len(cats)]  # fmt: skip
-        for c in prof:
-            for e in ("stock", "native-exact", "native-rsc", "patch-rsc"):
-                p = c["profile_ms"].get(e)
-                if p:
-                    out.append(f"| {c['graph']} | {c['model']} | {c['threads']} | {e} | "
-                               + " | ".join(f"{p[k]:.1f}" for k in cats) + " |")  # fmt: skip
-    return "\n".join(out)
-
-
 def launcher(name: str) -> str:
     """a launcher run, kept by ``collect``"""
     d = _load(name)
@@ -579,6 +541,37 @@ def launcher_summary(names: list) -> str:
     return "\n".join(out)
 
 
+def _vs_stock(m: dict) -> str:
+    """A method's time to target against stock's (``-`` where it or stock missed the target
+    on a seed), with the seeds that reached it."""
+    x = m["tta_vs_stock"]
+    return f"{'-' if x is None else f'{x:.2f}x'} ({m['tta_reached']}/{m['runs']})"
+
+
+def stock_tta(rows: list) -> str:
+    """launcher reports (``collect``; ``tools/experiments/interleaved_tta.py``'s marked
+    interleaved) that trained stock, exact and RSC: one row per graph, time to target and
+    epoch against stock"""
+    out = ["| graph, model | seeds | test: stock / exact / RSC | time to target vs stock: exact, "
+           "RSC | epoch vs stock: exact, RSC | RSC vs exact | timed | date |",
+           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for label, name in rows:
+        d = _load(name)
+        s, env = d["summary"], d["environment"]
+        test = " / ".join(f"{100 * s[m]['test_mean']:.2f}" for m in ("stock", "exact", "rsc"))
+        vs = s["rsc"]["tta_speedup"]
+        out.append(
+            f"| {label} | {s['rsc']['runs']} | {test} | {_vs_stock(s['exact'])}, "
+            f"{_vs_stock(s['rsc'])} "
+            f"| {s['exact']['vs_stock']:.2f}x, {s['rsc']['vs_stock']:.2f}x "
+            f"| {'-' if vs is None else f'{vs:.2f}x'} "
+            f"| {'interleaved' if env.get('interleaved') else 'one after another'} "
+            f"| {env['date'][:10]} |"
+        )
+    out.append("\nJSON: " + ", ".join(f"`{n}`" for _, n in rows) + ".")
+    return "\n".join(out)
+
+
 def _stock_speed(d: dict) -> float:
     return d["summary"]["stock"]["speedup"]
 
@@ -617,6 +610,15 @@ TTA_CPU = [
      ["tta_b02_200k_vm2.json", "tta_b02_200k_vm2_seed1.json", "tta_b02_200k_vm2_seed2.json"],
      "b02", 0.2),
 ]  # fmt: skip
+#: launcher reports against stock DGL: (label, file)
+STOCK_DGL = [
+    ("quickstart GCN", "tta_quickstart_vs_stock_interleaved.json"),
+    ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
+    ("tolokers ResGCN (ROC-AUC)", "tta_tolokers_vs_stock_interleaved.json"),
+    ("sparse-heavy GCN (budget 0.2)", "tta_sparse_heavy_vs_stock_interleaved.json"),
+    ("200k preset GCN, seed 0", "tta_200k_stock_vm_seed0_epilogue.json"),
+    ("200k preset GCN, seed 1", "tta_200k_stock_vm_seed1_epilogue.json"),
+]
 TTA_GPU = [("200k preset GCN (200k nodes, degree 100)", ["tta_b02_200k_h100.json"], "b02", 0.2)]
 CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
             (("quickstart GCN", "quickstart"), ("quickstart SAGE", "quickstart_sage"),
@@ -703,7 +705,7 @@ BLOCKS = {
             "epoch_patch_200k_kept.json",
         ]
     ),
-    "stock-dgl": lambda: e2e_cpu("e2e_cpu.json", profile=False),
+    "stock-dgl": lambda: stock_tta(STOCK_DGL),
     "kernels-cpu": lambda: spmm("spmm_cpu_g200k_t2.json"),
     "gpu": lambda: e2e_gpu(["e2e_reddit_h100_folded.json", "e2e_products_h100_folded.json"]),
     "distributed": lambda: dist(

@@ -1,0 +1,173 @@
+"""Time to accuracy of the launcher's methods trained side by side, one epoch each in turn.
+
+``dgl-rsc run`` with ``compare: true`` trains stock, exact and RSC one after the other; on a
+machine whose speed drifts (on the 2-core VM the same tolokers epoch took 520 ms at the start
+of a run and 740 ms at its end), whole runs one after the other compare machine states.
+Here the methods of a seed take turns one epoch at a time, the order rotating each round, so
+every round sees about the same load. Each method keeps its own random-number state (torch,
+NumPy, Python), restored around its epochs: it trains as it would in the launcher (the same
+losses and evaluations, bit for bit), only its clock is shared. Evaluation is not timed.
+
+Writes the launcher's report to ``--out`` (``results.json``, ``table.txt``, ``metrics.csv``,
+``summary.png``; the same summary and time-to-target definition), which
+``tools/render_benchmarks.py collect`` keeps for the benchmarks page. Full-graph runs on one
+process (no patched engine, mini-batch or distributed config); every method lives in memory
+at once.
+
+    python tools/experiments/interleaved_tta.py yaml_configs/tolokers_gcn.yaml --seeds 0 1 2 \\
+        --out runs/tolokers_interleaved
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+
+from dgl_rsc.launcher.checkpoint import atomic_write_text
+from dgl_rsc.launcher.compiled import compile_summary
+from dgl_rsc.launcher.report import environment, format_table, write_report
+from dgl_rsc.launcher.resume import merged_stats
+from dgl_rsc.launcher.train import (
+    _counters,
+    _evaluate,
+    _seed_all,
+    _setup,
+    _train_step,
+    methods,
+    prepare,
+    warm_up,
+)
+from dgl_rsc.launcher.yaml_io import dump_yaml, load_config
+from dgl_rsc.models.engines import get_engine
+
+
+def _rng_state(device: torch.device) -> tuple:
+    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return torch.get_rng_state(), cuda, np.random.get_state(), random.getstate()  # noqa: NPY002
+
+
+def _set_rng_state(state: tuple, device: torch.device) -> None:
+    cpu, cuda, npy, py = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
+    np.random.set_state(npy)  # noqa: NPY002 (the global RNG the launcher's runs draw from)
+    random.setstate(py)
+
+
+class Run:
+    """One (method, seed) run stepped an epoch at a time, as ``train_one`` trains it."""
+
+    def __init__(self, cfg, prep, method: str, seed: int):
+        self.cfg, self.prep, self.method, self.seed = cfg, prep, method, seed
+        _seed_all(seed)
+        self.state = _setup(cfg, prep, method, seed)
+        self.rng = _rng_state(prep.device)
+        self.history: list = []
+        self.best = {"epoch": 0, "val": -float("inf"), "test": None, "train": None}
+        self.last = _counters(self.state.ctl)
+
+    def epoch(self, epoch: int) -> None:
+        """Train epoch ``epoch`` (1-based) and evaluate it when the config says so."""
+        run, prep, t = self.state, self.prep, self.cfg.train
+        _set_rng_state(self.rng, prep.device)
+        phase = run.ctl.phase() if run.ctl is not None and self.method == "rsc" else "exact"
+        step = _train_step(run, prep)
+        if not math.isfinite(step["loss"]):
+            raise SystemExit(f"{self.method}-seed{self.seed} diverged at epoch {epoch} "
+                             f"(loss {step['loss']}); lower train.lr.")  # fmt: skip
+        rec = {"epoch": epoch, "phase": phase, **step}
+        before = self.history[-1]["train_time_s"] if self.history else 0.0
+        rec["train_time_s"] = before + step["epoch_s"]
+        now = _counters(run.ctl)
+        visited, total, select_s = (a - b for a, b in zip(now, self.last))
+        self.last = now
+        rec.update(select_s=select_s, nnz_visited=visited, nnz_exact=total,
+                   nnz_fraction=visited / total if total else 1.0,
+                   train=None, val=None, test=None)  # fmt: skip
+        if epoch % t.eval_every == 0 or epoch == t.epochs:
+            rec.update(_evaluate(run, prep))
+            if rec["val"] > self.best["val"]:
+                self.best = {k: rec[k] for k in ("epoch", "val", "test", "train")}
+        self.history.append(rec)
+        self.rng = _rng_state(prep.device)
+
+    def record(self) -> dict:
+        """The launcher's run record (``train_one``'s keys)."""
+        final = next((h for h in reversed(self.history) if h["val"] is not None), {})
+        run, prep = self.state, self.prep
+        return {
+            "method": self.method, "seed": self.seed, "epochs": self.cfg.train.epochs,
+            "amp": run.amp,
+            "precision": "fp32" if self.method == "stock" else self.cfg.train.precision,
+            "history": self.history, "best": self.best,
+            "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
+            "rsc_stats": merged_stats(run.ctl, None), "data_sha256": prep.fingerprint,
+            "distributed": None, "allocator": prep.allocator,
+            "peak_rss_mb": None,  # one process holds every method: no per-method peak
+            "compile": None if run.forward is None else compile_summary(self.history, run.forward),
+        }  # fmt: skip
+
+
+def check(cfg) -> None:
+    """Refuse what the tool does not step epoch by epoch, before the data loads."""
+    if get_engine(cfg.train.engine).patched:
+        raise SystemExit(f"train.engine={cfg.train.engine!r} trains inside a patch, which is "
+                         "one context per run; use dgl-rsc run for it.")  # fmt: skip
+    if cfg.train.mode != "full" or cfg.distributed is not None:
+        raise SystemExit("interleaved_tta.py trains full-graph runs on one process; use "
+                         "dgl-rsc run for mini-batch or distributed configs.")  # fmt: skip
+    if not cfg.compare:
+        raise SystemExit("the config trains one method; set compare: true to compare them.")
+
+
+def interleave(cfg, prep, seed: int) -> list:
+    """The records of ``seed``'s runs, trained in turns; the order rotates each epoch."""
+    runs = [Run(cfg, prep, m, seed) for m in methods(cfg)]
+    for epoch in range(1, cfg.train.epochs + 1):
+        k = epoch % len(runs)
+        for run in runs[k:] + runs[:k]:
+            run.epoch(epoch)
+    return [run.record() for run in runs]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config")
+    p.add_argument("--seeds", type=int, nargs="+", help="default: the config's train.seeds")
+    p.add_argument("--set", dest="sets", action="append", default=[], help="KEY.SUB=VALUE")
+    p.add_argument("--out", required=True, help="a new or empty directory")
+    args = p.parse_args(argv)
+    sets = [*args.sets, "train.checkpoint_every=0"]
+    if args.seeds:
+        sets.append(f"train.seeds={args.seeds}")
+    cfg = load_config(args.config, sets)
+    check(cfg)
+    if os.path.isdir(args.out) and os.listdir(args.out):
+        raise SystemExit(f"--out {args.out} is not empty; name a new directory.")
+    os.makedirs(args.out, exist_ok=True)
+    atomic_write_text(os.path.join(args.out, "config.yaml"), dump_yaml(cfg))
+    start = time.perf_counter()
+    prep = prepare(cfg)
+    warm_up(cfg, prep, [(s, m) for s in cfg.train.seeds for m in methods(cfg)])
+    records = []
+    for seed in cfg.train.seeds:
+        records += interleave(cfg, prep, seed)
+        print(f"seed {seed} done, {time.perf_counter() - start:.0f} s", flush=True)
+    env = environment(prep.device)
+    env["setup_s"] = dict(prep.setup_s)
+    env["interleaved"] = True  # the methods took turns epoch by epoch (this tool)
+    summary = write_report(args.out, cfg.to_dict(), records, env, prep.data.metric)
+    print(format_table(summary, prep.data.metric))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
