@@ -44,6 +44,7 @@ from dgl_rsc.launcher.train import (
     prepare,
     warm_up,
 )
+from dgl_rsc.launcher.tta import train_time
 from dgl_rsc.launcher.yaml_io import dump_yaml, load_config
 from dgl_rsc.models.engines import get_engine
 
@@ -84,8 +85,7 @@ class Run:
             raise SystemExit(f"{self.method}-seed{self.seed} diverged at epoch {epoch} "
                              f"(loss {step['loss']}); lower train.lr.")  # fmt: skip
         rec = {"epoch": epoch, "phase": phase, **step}
-        before = self.history[-1]["train_time_s"] if self.history else 0.0
-        rec["train_time_s"] = before + step["epoch_s"]
+        rec["train_time_s"] = train_time(self.history) + step["epoch_s"]
         now = _counters(run.ctl)
         visited, total, select_s = (a - b for a, b in zip(now, self.last))
         self.last = now
