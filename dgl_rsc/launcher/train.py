@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import math
 import os
 import random
 import sys
@@ -52,8 +51,12 @@ from ..models.engines import get_engine
 from ..models.paper import build_model
 from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .ckpt_settle import move_aside, previous_path, settle_set
-from .compiled import compile_summary, compiled_forward
-from .dist_run import dist_summary, epoch_traffic, start_run, traffic_now
+from .compiled import compiled_forward
+from .dist_run import start_run
+from .epochs import EpochLog
+from .epochs import counters as _counters  # noqa: F401 (tools and tests import these names)
+from .epochs import evaluate as _evaluate  # noqa: F401
+from .epochs import train_step as _train_step  # noqa: F401
 from .prepare import (
     Prepared,
     TrainingDiverged,
@@ -68,7 +71,6 @@ from .run_state import RunState
 from .runid import gather_ranks, read_run_id, verify_set
 from .runid import identity as run_identity
 from .schema import RunConfig
-from .tta import train_time
 
 __all__ = [
     "Prepared",
@@ -157,26 +159,6 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
                     batches, forward)  # fmt: skip
 
 
-def _train_step(run: RunState, prep: Prepared) -> dict:
-    """One full-graph optimizer step (:meth:`RunState.train_step`; in a distributed run the
-    reducer sums the loss and the gradients over ranks); the loss feeds the guard."""
-    mask = prep.masks["train"]
-
-    def forward_loss():
-        logits = run(run.graph, prep.feat)
-        return prep.reducer.loss(prep.data.task, logits[mask].float(), prep.label[mask])
-
-    return run.train_step(forward_loss, prep.reducer, prep.device)
-
-
-def _counters(ctl: Optional[RSCController]) -> tuple:
-    """``(nnz visited, nnz exact, select seconds)`` so far (zeros without a controller)."""
-    if ctl is None:
-        return (0, 0, 0.0)
-    s = ctl.stats()
-    return (s["nnz_visited"], s["nnz_exact"], s["select_seconds"])
-
-
 def train_one(
     cfg: RunConfig,
     prep: Prepared,
@@ -199,55 +181,26 @@ def train_one(
     t, name = cfg.train, f"{method}-seed{seed}"
     _seed_all(seed)
     run = _setup(cfg, prep, method, seed)
-    history, best = [], {"epoch": 0, "val": -float("inf"), "test": None, "train": None}
+    history, best = None, None
     base = None  # the controller's counters before a resume
     if ckpt_path and os.path.exists(ckpt_path):
         state = read_checkpoint(ckpt_path, prep, name)
         history, best, base = restore(run, state, ckpt_path, name)
         log.info("%s: resumed after epoch %d", name, len(history))
     quiet = not progress or not sys.stderr.isatty() or bool(os.environ.get("CI"))
-    bar = tqdm(total=t.epochs, initial=len(history), desc=f"{method} seed {seed}",
+    bar = tqdm(total=t.epochs, initial=len(history or ()), desc=f"{method} seed {seed}",
                disable=quiet, dynamic_ncols=True)  # fmt: skip
-    last = _counters(run.ctl)
     start_run(prep)
-    traffic = traffic_now(prep)
+    runlog = EpochLog(cfg, prep, run, method, seed, history, best)
     with run.ctx, contextlib.closing(bar):
-        for epoch in range(len(history) + 1, t.epochs + 1):
-            phase = run.ctl.phase() if run.ctl is not None and method == "rsc" else "exact"
-            if run.batches is not None:
-                from .minibatch_run import minibatch_epoch
-
-                step = minibatch_epoch(run, prep, run.batches, epoch)
-            else:
-                step = _train_step(run, prep)
-            if not math.isfinite(step["loss"]):
-                raise TrainingDiverged(
-                    f"run {name} diverged: its training loss is {step['loss']} at epoch "
-                    f"{epoch}. It stopped before that epoch's optimizer step; the runs and "
-                    f"checkpoints written so far are kept. Lower train.lr (now {t.lr}) or "
-                    "check the data; resuming unchanged would diverge again."
-                )
-            rec = {"epoch": epoch, "phase": phase, **step}
-            rec["train_time_s"] = train_time(history) + step["epoch_s"]
-            if prep.dist is not None:
-                rec["dist"] = epoch_traffic(prep, traffic)
-                traffic = traffic_now(prep)
-            now = _counters(run.ctl)
-            visited, total, select_s = (a - b for a, b in zip(now, last))
-            last = now
-            rec.update(select_s=select_s, nnz_visited=visited, nnz_exact=total,
-                       nnz_fraction=visited / total if total else 1.0,
-                       train=None, val=None, test=None)  # fmt: skip
-            if epoch % t.eval_every == 0 or epoch == t.epochs:
-                rec.update(_evaluate(run, prep))
-                if rec["val"] > best["val"]:
-                    best = {k: rec[k] for k in ("epoch", "val", "test", "train")}
-            history.append(rec)
+        for epoch in range(len(runlog.history) + 1, t.epochs + 1):
+            rec = runlog.train(epoch)
             bar.set_postfix(loss=f"{rec['loss']:.4f}", val=_fmt(rec["val"]),
                             ep_s=f"{rec['epoch_s']:.3f}", refresh=False)  # fmt: skip
             bar.update(1)
             if ckpt_path and t.checkpoint_every and epoch % t.checkpoint_every == 0:
-                extra = {"history": history, "best": best, "data_sha256": prep.fingerprint,
+                extra = {"history": runlog.history, "best": runlog.best,
+                         "data_sha256": prep.fingerprint,
                          "rsc_stats": merged_stats(run.ctl, base), **(identity or {})}  # fmt: skip
                 if prep.dist is not None:  # kept for a set that a stop splits (ckpt_settle)
                     move_aside(ckpt_path)
@@ -255,29 +208,11 @@ def train_one(
                                 scaler=run.scaler, epoch=epoch, extra=extra)  # fmt: skip
             if on_epoch_end is not None:
                 on_epoch_end(name, epoch)
-    final = next((h for h in reversed(history) if h["val"] is not None), {})
-    return {
-        "method": method, "seed": seed, "epochs": t.epochs, "amp": run.amp,
-        "precision": "fp32" if method == "stock" else t.precision,
-        "history": history, "best": best,
-        "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
-        "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,
-        "distributed": dist_summary(prep), "allocator": prep.allocator,
-        "peak_rss_mb": peak_rss_bytes() / 2**20,
-        "compile": None if run.forward is None else compile_summary(history, run.forward),
-    }  # fmt: skip
+    return runlog.record(base, peak_rss_bytes() / 2**20)
 
 
 def _fmt(v) -> str:
     return "-" if v is None else f"{v:.4f}"
-
-
-def _evaluate(run: RunState, prep: Prepared) -> dict:
-    """``{"train", "val", "test"}`` metric of the model in eval mode, without gradients."""
-    run.model.eval()
-    with torch.no_grad(), run.autocast():
-        logits = run.model(run.graph, prep.feat).float()
-    return prep.reducer.metrics(prep.data.metric, logits, prep.label, prep.masks)
 
 
 def warm_up(cfg: RunConfig, prep: Prepared, todo: list) -> None:

@@ -21,7 +21,6 @@ at once.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import sys
@@ -31,20 +30,10 @@ import numpy as np
 import torch
 
 from dgl_rsc.launcher.checkpoint import atomic_write_text
-from dgl_rsc.launcher.compiled import compile_summary
+from dgl_rsc.launcher.epochs import EpochLog
+from dgl_rsc.launcher.prepare import TrainingDiverged
 from dgl_rsc.launcher.report import environment, format_table, write_report
-from dgl_rsc.launcher.resume import merged_stats
-from dgl_rsc.launcher.train import (
-    _counters,
-    _evaluate,
-    _seed_all,
-    _setup,
-    _train_step,
-    methods,
-    prepare,
-    warm_up,
-)
-from dgl_rsc.launcher.tta import train_time
+from dgl_rsc.launcher.train import _seed_all, _setup, methods, prepare, warm_up
 from dgl_rsc.launcher.yaml_io import dump_yaml, load_config
 from dgl_rsc.models.engines import get_engine
 
@@ -64,56 +53,27 @@ def _set_rng_state(state: tuple, device: torch.device) -> None:
 
 
 class Run:
-    """One (method, seed) run stepped an epoch at a time, as ``train_one`` trains it."""
+    """One (method, seed) run stepped an epoch at a time, recorded as ``train_one`` records
+    it (the launcher's :class:`~dgl_rsc.launcher.epochs.EpochLog`), with its own RNG state."""
 
     def __init__(self, cfg, prep, method: str, seed: int):
-        self.cfg, self.prep, self.method, self.seed = cfg, prep, method, seed
         _seed_all(seed)
-        self.state = _setup(cfg, prep, method, seed)
+        self.log = EpochLog(cfg, prep, _setup(cfg, prep, method, seed), method, seed)
         self.rng = _rng_state(prep.device)
-        self.history: list = []
-        self.best = {"epoch": 0, "val": -float("inf"), "test": None, "train": None}
-        self.last = _counters(self.state.ctl)
 
     def epoch(self, epoch: int) -> None:
         """Train epoch ``epoch`` (1-based) and evaluate it when the config says so."""
-        run, prep, t = self.state, self.prep, self.cfg.train
-        _set_rng_state(self.rng, prep.device)
-        phase = run.ctl.phase() if run.ctl is not None and self.method == "rsc" else "exact"
-        step = _train_step(run, prep)
-        if not math.isfinite(step["loss"]):
-            raise SystemExit(f"{self.method}-seed{self.seed} diverged at epoch {epoch} "
-                             f"(loss {step['loss']}); lower train.lr.")  # fmt: skip
-        rec = {"epoch": epoch, "phase": phase, **step}
-        rec["train_time_s"] = train_time(self.history) + step["epoch_s"]
-        now = _counters(run.ctl)
-        visited, total, select_s = (a - b for a, b in zip(now, self.last))
-        self.last = now
-        rec.update(select_s=select_s, nnz_visited=visited, nnz_exact=total,
-                   nnz_fraction=visited / total if total else 1.0,
-                   train=None, val=None, test=None)  # fmt: skip
-        if epoch % t.eval_every == 0 or epoch == t.epochs:
-            rec.update(_evaluate(run, prep))
-            if rec["val"] > self.best["val"]:
-                self.best = {k: rec[k] for k in ("epoch", "val", "test", "train")}
-        self.history.append(rec)
-        self.rng = _rng_state(prep.device)
+        device = self.log.prep.device
+        _set_rng_state(self.rng, device)
+        try:
+            self.log.train(epoch)
+        except TrainingDiverged as e:
+            raise SystemExit(str(e)) from None
+        self.rng = _rng_state(device)
 
     def record(self) -> dict:
-        """The launcher's run record (``train_one``'s keys)."""
-        final = next((h for h in reversed(self.history) if h["val"] is not None), {})
-        run, prep = self.state, self.prep
-        return {
-            "method": self.method, "seed": self.seed, "epochs": self.cfg.train.epochs,
-            "amp": run.amp,
-            "precision": "fp32" if self.method == "stock" else self.cfg.train.precision,
-            "history": self.history, "best": self.best,
-            "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
-            "rsc_stats": merged_stats(run.ctl, None), "data_sha256": prep.fingerprint,
-            "distributed": None, "allocator": prep.allocator,
-            "peak_rss_mb": None,  # one process holds every method: no per-method peak
-            "compile": None if run.forward is None else compile_summary(self.history, run.forward),
-        }  # fmt: skip
+        """The launcher's run record; no peak memory (one process holds every method)."""
+        return self.log.record(None, None)
 
 
 def check(cfg) -> None:
