@@ -30,6 +30,7 @@ import platform
 import resource
 from typing import Iterator, Optional
 
+from .flags import require_flag
 from .user_warnings import warn_user
 
 __all__ = [
@@ -91,6 +92,7 @@ def keep_freed_memory(keep: bool = True) -> bool:
         ``True`` when applied; ``False`` (with a warning) where the C library is not glibc
         (musl, macOS, Windows): nothing is changed there.
     """
+    keep = require_flag(keep, "dgl_rsc.keep_freed_memory(keep)")
     libc = glibc()
     if libc is None:
         warn_user(

@@ -57,6 +57,7 @@ from typing import Iterator, Union
 
 import torch
 
+from ..base.flags import require_flag
 from ..base.memory import freed_memory_kept
 from ..base.user_warnings import warn_user
 from ..core.config import RSCConfig, warn_never_exact
@@ -337,6 +338,9 @@ def patch(
         The :class:`RSCController`; call its ``step()`` once per optimizer step and read
         ``stats()`` for what RSC did.
 
+    Raises:
+        TypeError: ``enabled`` or ``keep_freed_memory`` is not ``True`` or ``False``.
+
     Example (needs DGL)::
 
         with dgl_rsc.patch(budget=0.1, total_steps=200) as rsc:
@@ -345,6 +349,8 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     dgl_private.require()
+    enabled = require_flag(enabled, "dgl_rsc.patch(enabled=...)")
+    keep_freed_memory = require_flag(keep_freed_memory, "dgl_rsc.patch(keep_freed_memory=...)")
     if not enabled:
         yield disabled_controller(config, **overrides)
         return

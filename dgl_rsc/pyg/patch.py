@@ -36,6 +36,7 @@ from typing import Iterator, Union
 import torch
 
 from ..base import _deps
+from ..base.flags import require_flag
 from ..base.memory import freed_memory_kept
 from ..base.user_warnings import warn_user
 from ..core.config import RSCConfig
@@ -234,6 +235,10 @@ def patch(
         The :class:`~dgl_rsc.RSCController`: call ``step()`` once per optimizer step,
         read ``stats()`` for what RSC did.
 
+    Raises:
+        TypeError: ``enabled``, ``keep_freed_memory`` or ``cache_inputs`` is not ``True`` or
+            ``False``.
+
     Example (needs torch_geometric)::
 
         with dgl_rsc.pyg.patch(budget=0.1, total_steps=200) as rsc:
@@ -242,6 +247,10 @@ def patch(
                 opt.zero_grad(); loss.backward(); opt.step(); rsc.step()
     """
     _deps.require_torch_geometric()
+    enabled = require_flag(enabled, "dgl_rsc.pyg.patch(enabled=...)")
+    keep_freed_memory = require_flag(keep_freed_memory,
+                                     "dgl_rsc.pyg.patch(keep_freed_memory=...)")  # fmt: skip
+    cache_inputs = require_flag(cache_inputs, "dgl_rsc.pyg.patch(cache_inputs=...)")
     if not enabled:
         yield disabled_controller(config, **overrides)
         return

@@ -177,3 +177,14 @@ def test_patch_keeps_freed_memory_for_its_block_only(fake_glibc, keep):
         train_step(GCN(), x, ei, rsc)
     assert fake_glibc == ([True, False] if keep else [])
     assert memory._KEPT[0] is False
+
+
+@pytest.mark.parametrize("arg", ["enabled", "keep_freed_memory", "cache_inputs"])
+def test_a_string_switch_is_refused_before_the_patch_starts(arg):
+    from dgl_rsc.pyg.patch import is_patched
+
+    said = rf"dgl_rsc.pyg.patch\({arg}=\.\.\.\) takes True or False"
+    with pytest.raises(TypeError, match=said):
+        with rp.patch(**{arg: "false"}):
+            pass
+    assert not is_patched()

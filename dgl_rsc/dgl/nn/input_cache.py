@@ -35,6 +35,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
+from ...base.flags import require_flag
 from ...core.ops_memo import register
 
 __all__ = ["InputAggregationCache", "cache_input_aggregation", "input_cache_counts"]
@@ -163,8 +164,9 @@ def _caches(model: nn.Module) -> list:
 def cache_input_aggregation(model: nn.Module, enabled: bool = True) -> nn.Module:
     """Let the drop-in layers of ``model`` cache their input's aggregation (the default) or
     not (``enabled=False``: every step aggregates afresh, in DGL's order). Returns ``model``."""
+    enabled = require_flag(enabled, "cache_input_aggregation(model, enabled)")
     for cache in _caches(model):
-        cache.enabled = bool(enabled)
+        cache.enabled = enabled
         cache.clear()
     return model
 
