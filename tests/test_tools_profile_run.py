@@ -15,13 +15,17 @@ def test_profile_run_splits_each_methods_epoch(tmp_path):
     cfg = write_config(tmp_path, train={"epochs": 30, "eval_every": 5})
     out = tmp_path / "profile.json"
     printed = _tool("profile_run.py", cfg, "--epochs", "6", "--methods", "exact", "rsc",
-                    "--out", str(out))  # fmt: skip
+                    "--repeat", "2", "--out", str(out))  # fmt: skip
     data = json.loads(out.read_text())
     exact, rsc = data["methods"]["exact"], data["methods"]["rsc"]
     for row in (exact, rsc):
         assert row["split_ms"]["sparse_forward"] > 0 and row["split_ms"]["dense"] > 0
         assert row["epoch_ms"] > 0 and row["peak_rss_mb"] > 0
         assert row["minor_faults_per_epoch"] >= 0
+        assert len(row["runs"]) == 2  # one process per turn; the record is their median
+        dense = sorted(r["split_ms"]["dense"] for r in row["runs"])
+        assert row["split_ms"]["dense"] == pytest.approx(sum(dense) / 2, abs=0.01)
+        assert row["peak_rss_mb"] == max(r["peak_rss_mb"] for r in row["runs"])
     assert exact["split_ms"]["sparse_backward_sampled"] == 0
     assert rsc["split_ms"]["sparse_backward_sampled"] > 0  # the profiled epoch is approximate
     assert "speedup vs exact" in printed and data["machine"]["date"]

@@ -90,6 +90,7 @@ def machine(device) -> dict:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
+        "load_average": list(os.getloadavg()),  # 1, 5 and 15 minutes, when the record is made
     }
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name()

@@ -1,10 +1,10 @@
 """Where a launcher config's epoch goes, per method: stock DGL, dgl_rsc's exact path and RSC.
 
 Each method trains the config's model (the first seed; ``--set`` overrides as in ``dgl-rsc
-run``) in its own process, so that its peak resident memory is its own, and one epoch is
-profiled with ``torch.profiler`` (for RSC an epoch of its approximate phase; no evaluation in
-that epoch). The epoch is split into (``split_ms``, self CPU time attributed through the
-profiler's event tree):
+run``) in its own process, so that its peak resident memory is its own, and ``--profiled``
+consecutive epochs (3) are profiled with ``torch.profiler`` (for RSC, epochs of its approximate
+phase; no evaluation in them). Their mean epoch is split into (``split_ms``, self CPU time
+attributed through the profiler's event tree):
 
 - ``sparse_forward``: the forward sparse products (``RSCSpMM``, DGL's ``GSpMM``) with
   everything they run inside;
@@ -19,7 +19,9 @@ profiler's event tree):
 Allocation is measured by its effect: ``minor_faults_per_epoch`` (``getrusage``'s
 ``ru_minflt`` over each timed epoch; a page touched for the first time after a fresh ``mmap``
 costs one, so zero means freed blocks were reused) and ``peak_rss_mb`` (the method's
-process, data included). ``profile_ms`` keeps the earlier coarse categories (``sparse``,
+process, data included, over the epochs before the profiler starts: on the 200k preset the
+profiler's own records took stock DGL's process from 7.8 to 22 GB; ``peak_rss_mb_profiled``
+is the whole process's). ``profile_ms`` keeps the earlier coarse categories (``sparse``,
 ``dense``, ``elementwise``, ``selection``, ``other``) for ``render_benchmarks.py``.
 
 Example::
@@ -120,25 +122,36 @@ def split(prof) -> dict:
     return {k: round(v, 2) for k, v in out.items()}
 
 
-def child(cfg, method: str, profile_epoch: int) -> dict:
-    """One method in this process: its timed epochs, the profiled epoch's split, faults."""
+def window(epochs: int, profiled: int) -> tuple[int, int]:
+    """The first and last epoch profiled: after two warm-up epochs, inside RSC's approximate
+    phase (before ``switch_at`` 0.8 of the run)."""
+    last = max(4, int(0.8 * epochs) - 2)
+    return max(3, last - profiled + 1), last
+
+
+def child(cfg, method: str, profiled: tuple[int, int]) -> dict:
+    """One method in this process: its timed epochs, the profiled epochs' mean split, faults."""
     _label_products()
     prep = prepare(cfg)
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     seen = {}
+    first, last = profiled
+    n = last - first + 1
 
     def on_epoch_end(name, epoch):
-        if epoch == profile_epoch - 1:
+        if epoch == first - 1:
+            seen["peak"] = peak_rss_bytes() / 2**20  # the profiler's records add to it
             prof.start()
-        elif epoch == profile_epoch:
+        elif epoch == last:
             prof.stop()
-            seen["split"], seen["coarse"] = split(prof), categorize(prof)
+            seen["split"] = {k: round(v / n, 2) for k, v in split(prof).items()}
+            seen["coarse"] = {k: v / n for k, v in categorize(prof).items()}
 
     rec = train_one(cfg, prep, method, cfg.train.seeds[0], progress=False,
                     on_epoch_end=on_epoch_end)  # fmt: skip
     hist = rec["history"]
     timed = [h for h in hist if h["phase"] == "approx"][1:] if method == "rsc" else hist[2:]
-    timed = [h for h in timed if h["val"] is None and h["epoch"] != profile_epoch] or timed
+    timed = [h for h in timed if h["val"] is None and not first <= h["epoch"] <= last] or timed
     coarse = seen["coarse"]
     total = sum(coarse.values())
     stats = rec["rsc_stats"] or {}
@@ -146,17 +159,51 @@ def child(cfg, method: str, profile_epoch: int) -> dict:
         "epoch_ms": 1e3 * statistics.mean(h["epoch_s"] for h in timed),
         "epoch_ms_median": 1e3 * statistics.median(h["epoch_s"] for h in timed),
         "timed_epochs": len(timed),
+        "epoch_s": [h["epoch_s"] for h in hist],
         "split_ms": seen["split"],
         "profile_ms": coarse,
         "sparse_share": coarse["sparse"] / total if total else None,
         "minor_faults_per_epoch": statistics.median(h["minor_faults"] for h in timed),
-        "peak_rss_mb": peak_rss_bytes() / 2**20,
+        "peak_rss_mb": seen["peak"],
+        "peak_rss_mb_profiled": peak_rss_bytes() / 2**20,
         "allocator": prep.allocator,
         "test": rec["best"]["test"],
         "cache_hits": stats.get("cache_hits"),
         "cache_misses": stats.get("cache_misses"),
         "cached_input_aggregation": stats.get("cached_input_aggregation"),
     }
+
+
+def _run_child(args, method: str) -> dict:
+    """One process training ``method``: its :func:`child` record."""
+    with tempfile.TemporaryDirectory() as tmp:
+        res = os.path.join(tmp, "child.json")
+        cmd = [sys.executable, *sys.argv[:1], args.config, "--epochs", str(args.epochs),
+               "--child", method, "--out", res, "--levers", args.levers,
+               "--profiled", str(args.profiled)]  # fmt: skip
+        cmd += [x for s in args.sets for x in ("--set", s)]
+        if args.threads is not None:
+            cmd += ["--threads", str(args.threads)]
+        subprocess.run(cmd, check=True)
+        with open(res) as f:
+            return json.load(f)
+
+
+def merge(rows: list) -> dict:
+    """One method's processes as one record: medians over the processes (of their median
+    epoch, each category, the faults), the largest peak memory; ``runs`` keeps each."""
+    med = statistics.median
+    out = dict(rows[0])
+    out["epoch_ms"] = med(r["epoch_ms"] for r in rows)
+    out["epoch_ms_median"] = med(r["epoch_ms_median"] for r in rows)
+    out["split_ms"] = {k: round(med(r["split_ms"][k] for r in rows), 2) for k in SPLIT}
+    out["profile_ms"] = {k: med(r["profile_ms"][k] for r in rows) for k in rows[0]["profile_ms"]}
+    total = sum(out["profile_ms"].values())
+    out["sparse_share"] = out["profile_ms"]["sparse"] / total if total else None
+    out["minor_faults_per_epoch"] = med(r["minor_faults_per_epoch"] for r in rows)
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rows)
+    out["runs"] = rows
+    return out
 
 
 def main():
@@ -167,6 +214,11 @@ def main():
                    "config's: this measures time, not accuracy)")  # fmt: skip
     p.add_argument("--methods", nargs="+", default=None,
                    help="of stock, exact, rsc (default: those the config compares)")  # fmt: skip
+    p.add_argument("--profiled", type=int, default=3, help="epochs profiled; the split is "
+                   "their mean (fewer where the run is too short)")  # fmt: skip
+    p.add_argument("--repeat", type=int, default=1, help="processes per method, the methods "
+                   "taking turns; the record is their median (a machine whose speed drifts "
+                   "otherwise decides the comparison)")  # fmt: skip
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--levers", choices=("on", "off"), default="on", help="off: the epoch "
                    "before issue 45's levers (glibc's allocator defaults, no reuse of the "
@@ -179,6 +231,8 @@ def main():
             f"--epochs {args.epochs}: at least 5 (two warm-up epochs, the profiled one "
             "inside RSC's approximate phase, and timed ones around it)"
         )
+    if args.repeat < 1:
+        p.error(f"--repeat {args.repeat}: at least 1 process per method")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     sets = [*args.sets, f"train.epochs={args.epochs}", f"train.eval_every={args.epochs}",
@@ -186,7 +240,7 @@ def main():
     if args.levers == "off":
         sets.append("train.keep_freed_memory=false")
     cfg = load_config(args.config, sets)
-    profile_epoch = max(4, int(0.8 * args.epochs) - 2)  # inside RSC's approximate phase
+    profiled = window(args.epochs, args.profiled)
     if args.child:
         if args.levers == "off":  # every layer built in this process reuses nothing
             real_init = InputAggregationCache.__init__
@@ -197,33 +251,31 @@ def main():
 
             InputAggregationCache.__init__ = init
         with open(args.out, "w") as f:
-            json.dump(child(cfg, args.child, profile_epoch), f)
+            json.dump(child(cfg, args.child, profiled), f)
         return
     if args.out is None:
         p.error("--out is required")
     todo = args.methods or list(config_methods(cfg))
     out = {"machine": machine("cpu"), "command": " ".join(sys.argv), "config": args.config,
            "sets": args.sets, "mode": cfg.train.mode, "threads": torch.get_num_threads(),
-           "profile_epoch": profile_epoch, "levers": args.levers,
-           "note": "each method in its own process; the 2-core VM is shared with other "
-                   "agents' jobs", "methods": {}}  # fmt: skip
+           "profiled_epochs": list(profiled), "levers": args.levers,
+           "repeat": args.repeat,
+           "note": "each method in its own processes, the methods taking turns; the "
+                   "interleaved tables compare methods epoch by epoch", "methods": {}}  # fmt: skip
+    runs = {m: [] for m in todo}
+    for r in range(args.repeat):  # the methods in turn, each turn starting one further on
+        k = r % len(todo)
+        for method in todo[k:] + todo[:k]:
+            runs[method].append(_run_child(args, method))
     for method in todo:
-        with tempfile.TemporaryDirectory() as tmp:
-            res = os.path.join(tmp, "child.json")
-            cmd = [sys.executable, *sys.argv[:1], args.config, "--epochs", str(args.epochs),
-                   "--child", method, "--out", res, "--levers", args.levers]  # fmt: skip
-            cmd += [x for s in args.sets for x in ("--set", s)]
-            if args.threads is not None:
-                cmd += ["--threads", str(args.threads)]
-            subprocess.run(cmd, check=True)
-            with open(res) as f:
-                row = json.load(f)
+        row = merge(runs[method])
         out["methods"][method] = row
         cats = "  ".join(f"{k} {v:.0f}" for k, v in row["split_ms"].items())
-        print(f"{os.path.basename(args.config)} {method:<5} epoch {row['epoch_ms']:8.1f} ms  "
+        print(f"{os.path.basename(args.config)} {method:<5} median epoch "
+              f"{row['epoch_ms_median']:8.1f} ms  "
               f"faults/epoch {row['minor_faults_per_epoch']:.0f}  peak RSS "
               f"{row['peak_rss_mb']:.0f} MB  [{cats}]", flush=True)  # fmt: skip
-    ms = {m: r["epoch_ms"] for m, r in out["methods"].items()}
+    ms = {m: r["epoch_ms_median"] for m, r in out["methods"].items()}
     for base in ("stock", "exact"):
         if base in ms:
             out[f"speedup_vs_{base}"] = {m: ms[base] / v for m, v in ms.items()}

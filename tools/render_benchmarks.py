@@ -358,21 +358,6 @@ def tta(rows: list) -> str:
     return "\n".join(out)
 
 
-def tta_commands(rows: list) -> str:
-    """The tools/tta_sweep.py command of each sweep of :func:`tta` (one per config)."""
-    out = []
-    for _, files, variant, budget in rows:
-        d = _load(files[0])
-        sets = " ".join(f"--set {x}" for x in d["sets"])
-        var = (
-            f"--variant {variant}:budget={budget}" if variant != "default" else "--variant default:"
-        )
-        seeds = " ".join(str(s) for f in files for s in _load(f)["seeds"])
-        out.append(f"python tools/tta_sweep.py {d['config']} --seeds {seeds} {sets} {var} "
-                   f"--out docs/results/{files[0]}")  # fmt: skip
-    return "```bash\n" + "\n".join(out) + "\n```"
-
-
 def tta_plot(rows: list, png: Path) -> None:
     """Validation against training seconds, seed by seed 0 of each sweep, with exact's target."""
     import matplotlib
@@ -628,21 +613,27 @@ PLOT = "tta_curves.png"
 
 
 #: the blocks of the page: name -> () -> markdown
+def _profiled(d: dict) -> str:
+    """A profile's config with the settings it changed (``model.name=sage``)."""
+    sets = [s.split(".", 1)[-1] for s in d.get("sets", [])]
+    return Path(d["config"]).name + (f" ({', '.join(sets)})" if sets else "")
+
+
 def epoch_split(names: list) -> str:
     """tools/profile_run.py: each method's profiled epoch split into categories (ms)"""
     cats = ("sparse_forward", "sparse_backward_sampled", "sparse_backward_exact", "rsc_own",
             "dense", "elementwise", "optimizer", "other")  # fmt: skip
     heads = ("forward sparse", "sampled bwd sparse", "exact bwd sparse", "RSC's own", "dense",
              "elementwise", "optimizer", "other")  # fmt: skip
-    out = ["| config | levers | method | epoch ms | " + " | ".join(heads)
+    out = ["| config | method | median epoch ms | " + " | ".join(heads)
            + " | faults / epoch | peak RSS MB | date |",
-           "|---" * (len(heads) + 7) + "|"]  # fmt: skip
+           "|---" * (len(heads) + 6) + "|"]  # fmt: skip
     for name in names:
         d = _load(name)
         for meth, r in d["methods"].items():
             split = " | ".join(f"{r['split_ms'][c]:.0f}" for c in cats)
             out.append(
-                f"| {Path(d['config']).name} | {d['levers']} | {meth} | {r['epoch_ms']:.0f} "
+                f"| {_profiled(d)} | {meth} | {r['epoch_ms_median']:.0f} "
                 f"| {split} | {r['minor_faults_per_epoch']:.0f} | {r['peak_rss_mb']:.0f} "
                 f"| {d['machine']['date'][:10]} |"
             )
@@ -675,7 +666,6 @@ def epoch_levers(names: list) -> str:
 BLOCKS = {
     "tta-cpu": lambda: tta(TTA_CPU),
     "tta-gpu": lambda: tta(TTA_GPU),
-    "tta-commands": lambda: tta_commands(TTA_CPU + TTA_GPU),
     "stock-pyg": lambda: launcher_summary(
         [
             "launcher_200k_h100_pyg_seed0.json",
@@ -723,7 +713,13 @@ BLOCKS = {
     "minibatch": lambda: parity("minibatch_small.json"),
 }
 #: tools/profile_run.py results, one table
-EPOCH_SPLITS = ["epoch_profile_quickstart_levers_on.json", "epoch_profile_200k.json"]
+EPOCH_SPLITS = [
+    "epoch_split_quickstart.json",
+    "epoch_split_quickstart_sage.json",
+    "epoch_split_tolokers.json",
+    "epoch_split_sparse_heavy.json",
+    "epoch_split_200k.json",
+]
 MARK = re.compile(r"(<!-- render: ([\w-]+) -->\n)(.*?)(<!-- end -->)", re.S)
 
 

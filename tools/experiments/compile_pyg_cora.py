@@ -99,8 +99,8 @@ def main(argv=None) -> int:
         "tool": "tools/experiments/compile_pyg_cora.py",
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "epochs": args.epochs, "budget": args.budget, "machine": machine("cpu"),
-        "note": "2-core VM shared with other agents' work; stock eager/compiled interleaved, "
-                "each RSC variant run after them in its own patch (not interleaved)",
+        "note": "stock eager/compiled interleaved, each RSC variant run after them in its "
+                "own patch (not interleaved)",
         "variants": rows,
     })  # fmt: skip
     return 0

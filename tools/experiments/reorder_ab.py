@@ -113,7 +113,7 @@ def main(argv=None) -> int:
            "block": args.block, "warmup": args.warmup, "reference": ref,
            "threads": torch.get_num_threads(),
            "graph": preps[ref].data.summary(),
-           "note": "2-core VM shared with other agents' jobs: ratios are interleaved",
+           "note": "ratios are interleaved",
            "orders": {}}  # fmt: skip
     for o in orders:
         ratios = [a / b for a, b in zip(per_round[ref], per_round[o])]
