@@ -35,3 +35,10 @@ def test_profile_run_refuses_too_few_epochs(tmp_path):
     cfg = write_config(tmp_path)
     with pytest.raises(AssertionError, match="at least 5"):  # non-zero exit, argparse's message
         _tool("profile_run.py", cfg, "--epochs", "3", "--out", str(tmp_path / "p.json"))
+
+
+@pytest.mark.parametrize("opt", ["--repeat", "--profiled"])
+def test_profile_run_refuses_no_process_or_no_profiled_epoch(tmp_path, opt):
+    cfg = write_config(tmp_path)
+    with pytest.raises(AssertionError, match="at least 1 process per method and 1 profiled"):
+        _tool("profile_run.py", cfg, opt, "0", "--out", str(tmp_path / "p.json"))

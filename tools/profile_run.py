@@ -231,8 +231,9 @@ def main():
             f"--epochs {args.epochs}: at least 5 (two warm-up epochs, the profiled one "
             "inside RSC's approximate phase, and timed ones around it)"
         )
-    if args.repeat < 1:
-        p.error(f"--repeat {args.repeat}: at least 1 process per method")
+    if args.repeat < 1 or args.profiled < 1:
+        p.error(f"--repeat {args.repeat} --profiled {args.profiled}: at least 1 process per "
+                "method and 1 profiled epoch")  # fmt: skip
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     sets = [*args.sets, f"train.epochs={args.epochs}", f"train.eval_every={args.epochs}",
