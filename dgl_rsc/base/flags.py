@@ -7,6 +7,8 @@ what the user meant to turn off; every switch of the public API goes through
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["require_flag"]
 
 
@@ -23,6 +25,6 @@ def require_flag(value, what: str) -> bool:
     """
     if isinstance(value, bool):
         return value
-    if type(value).__module__ == "numpy" and type(value).__name__ == "bool_":
+    if isinstance(value, np.bool_):
         return bool(value)
     raise TypeError(f"{what} takes True or False, got {value!r} ({type(value).__name__}).")

@@ -12,7 +12,7 @@ import json
 import sys
 
 
-def _load(m: dict) -> str:
+def _load_average(m: dict) -> str:
     """The load average the record was made under, where it was recorded."""
     load = m.get("load_average")
     return "" if load is None else f"; load average {load[0]:.1f}"
@@ -23,7 +23,7 @@ def levers(d: dict) -> str:
     ref = d["variants"][d["reference"]] if "reference" in d else None
     stock = d["variants"].get("stock/default")
     out = [f"`{d['command']}` ({m['date']}, {m['cpu']}, {m['cpus']} CPUs, torch {m['torch']}, "
-           f"{m['torch_threads']} threads{_load(m)})", "",
+           f"{m['torch_threads']} threads{_load_average(m)})", "",
            "| variant | allocator | median epoch ms | mean ms | epochs | faults/epoch "
            "| x exact (default alloc) | x stock (default alloc) | kept / default |",
            "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
@@ -47,7 +47,7 @@ def profile(d: dict) -> str:
     short = ("fwd sparse", "bwd sparse sampled", "bwd sparse exact", "RSC own", "dense",
              "elementwise", "optimizer", "other")  # fmt: skip
     out = [f"`{d['command']}` ({m['date']}; levers {d.get('levers', 'on')}; each method in its "
-           f"own process{_load(m)})", "",
+           f"own process{_load_average(m)})", "",
            "| method | epoch ms (mean) | " + " | ".join(short) + " | faults/epoch | peak RSS MB |",
            "|---|---|" + "---|" * len(cats) + "---|---|"]  # fmt: skip
     for meth, r in d["methods"].items():
