@@ -22,34 +22,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 import time
 
-import numpy as np
-import torch
-
-from dgl_rsc.launcher.checkpoint import atomic_write_text
+from dgl_rsc.launcher.checkpoint import atomic_write_text, rng_state, set_rng_state
 from dgl_rsc.launcher.epochs import EpochLog
 from dgl_rsc.launcher.prepare import TrainingDiverged
 from dgl_rsc.launcher.report import environment, format_table, write_report
 from dgl_rsc.launcher.train import _seed_all, _setup, methods, prepare, warm_up
 from dgl_rsc.launcher.yaml_io import dump_yaml, load_config
 from dgl_rsc.models.engines import get_engine
-
-
-def _rng_state(device: torch.device) -> tuple:
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    return torch.get_rng_state(), cuda, np.random.get_state(), random.getstate()  # noqa: NPY002
-
-
-def _set_rng_state(state: tuple, device: torch.device) -> None:
-    cpu, cuda, npy, py = state
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state(cuda, device)
-    np.random.set_state(npy)  # noqa: NPY002 (the global RNG the launcher's runs draw from)
-    random.setstate(py)
 
 
 class Run:
@@ -59,17 +41,16 @@ class Run:
     def __init__(self, cfg, prep, method: str, seed: int):
         _seed_all(seed)
         self.log = EpochLog(cfg, prep, _setup(cfg, prep, method, seed), method, seed)
-        self.rng = _rng_state(prep.device)
+        self.rng = rng_state()
 
     def epoch(self, epoch: int) -> None:
         """Train epoch ``epoch`` (1-based) and evaluate it when the config says so."""
-        device = self.log.prep.device
-        _set_rng_state(self.rng, device)
+        set_rng_state(self.rng)
         try:
             self.log.train(epoch)
         except TrainingDiverged as e:
             raise SystemExit(str(e)) from None
-        self.rng = _rng_state(device)
+        self.rng = rng_state()
 
     def record(self) -> dict:
         """The launcher's run record; no peak memory (one process holds every method)."""
