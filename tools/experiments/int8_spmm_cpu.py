@@ -4,9 +4,9 @@ Sparse product: the fp32 row kernel (``dgl_rsc.sparse.cpu_spmm``) against the IN
 (``dgl_rsc.backends.int8_cpu``) on the same random CSR (``--nodes`` rows, ``--degree``
 entries each) at ``--width``, and the two ways to quantize the product's operand (the scaled
 copy then ``quantize``, against the fused ``quantize_columns``). Dense product: the integer
-engines of ``dgl_rsc.int8.gemm`` (``float32`` over exact slices, ``float64``) against an
-fp32 GEMM of the same shape, as the forward (``N x D @ D x D``) and the weight gradient
-(``D x N @ N x D``).
+engines of ``dgl_rsc.int8.gemm`` (``float32`` over exact slices, ``float64``) and torch's own
+``torch._int_mm`` (where this torch has a CPU one) against fp32 and bf16 GEMMs of the same
+shape, as the forward (``N x D @ D x D``) and the weight gradient (``D x N @ N x D``).
 
     python tools/experiments/int8_spmm_cpu.py --out docs/results/int8_spmm_cpu.json
 """
@@ -68,6 +68,12 @@ def _dense(n: int, width: int, reps: int) -> dict:
         b = torch.randint(-127, 128, (k, o), dtype=torch.int8, generator=gen)
         fa, fb = a.float(), b.float()
         row = {"fp32": timeit(lambda x=fa, y=fb: torch.matmul(x, y), "cpu", reps)}
+        ha, hb = fa.bfloat16(), fb.bfloat16()
+        row["bf16"] = timeit(lambda x=ha, y=hb: torch.matmul(x, y), "cpu", reps)
+        try:
+            row["torch_int_mm"] = timeit(lambda x=a, y=b: torch._int_mm(x, y), "cpu", reps)
+        except (RuntimeError, AttributeError) as err:  # torch 2.2 has no CPU _int_mm
+            rows.setdefault("torch_int_mm_error", str(err).splitlines()[0][:200])
         for engine in ("float32", "float64"):
             row[f"int8_{engine}"] = timeit(lambda e=engine, x=a, y=b: int_mm_any_k(x, y, e), "cpu",
                                            reps)  # fmt: skip
@@ -88,6 +94,9 @@ def main(argv=None) -> int:
     for key, value in sparse.items():
         print(f"sparse {key:>34}: {value:9.2f}")
     for name, row in dense.items():
+        if not isinstance(row, dict):
+            print(f"dense {name}: {row}")
+            continue
         print(f"dense {name:>12} {row['shape']}: " + "  ".join(
             f"{k} {v:.1f} ms" for k, v in row.items() if k != "shape"))  # fmt: skip
     write_json(args.out, {
