@@ -407,25 +407,6 @@ def ceiling(names: list) -> str:
     return "\n".join(out)
 
 
-def interleaved(rows: list) -> str:
-    """tools/interleaved_epochs.py: epoch time of a setting against exact, epoch by epoch"""
-    out = ["| config | rounds | exact epoch ms (median) | ratio to exact: median | mean "
-           "| visited |", "|---|---|---|---|---|---|"]  # fmt: skip
-    dates, names = {}, []
-    for name, variant in rows:
-        d = _load(name)
-        sets = "".join(f" {s}" for s in d["sets"])
-        dates[d["date"][:10]] = None
-        names.append(name)
-        out.append(
-            f"| {Path(d['config']).name}{sets} | {d['rounds']} "
-            f"| {1e3 * d['median_epoch_s']['exact']:.1f} | {d['ratio_to_exact'][variant]:.3f}x "
-            f"| {d['mean_ratio_to_exact'][variant]:.3f}x | {d['visited_fraction'][variant]:.2f} |"
-        )
-    out += ["", f"{', '.join(dates)}. JSON: " + ", ".join(f"`{n}`" for n in names) + "."]
-    return "\n".join(out)
-
-
 def e2e_gpu(names: list) -> str:
     """tools/bench_e2e.py: exact against RSC, per epoch and to exact's target"""
     out = ["| graph | model | precision | exact epoch ms | RSC epoch ms (approx. phase) "
@@ -675,15 +656,6 @@ BLOCKS = {
         ]
     ),
     "ceiling": lambda: ceiling(CEILINGS),
-    "epoch": lambda: interleaved(
-        [
-            ("interleaved_gather_quickstart_vm2.json", "now"),
-            ("interleaved_gather_quickstart_sage_vm2.json", "now"),
-            ("interleaved_gather_tolokers_vm2.json", "now"),
-            ("interleaved_gather_sparse_heavy_vm2.json", "now"),
-            ("interleaved_kept_200k_vm2.json", "default"),
-        ]
-    ),
     "epoch-split": lambda: epoch_split(EPOCH_SPLITS),
     "epoch-levers": lambda: epoch_levers(
         [
@@ -708,7 +680,11 @@ BLOCKS = {
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),
     "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
     "int8-cpu-epochs": lambda: int8_epochs(
-        ["compile_int8cpu_200k.json", "compile_200k_modern_ops.json"]
+        [
+            "compile_int8cpu_200k.json",
+            "compile_200k_modern_ops.json",
+            "compile_int8cpu_quickstart_modern.json",
+        ]
     ),
     "minibatch": lambda: parity("minibatch_small.json"),
 }
