@@ -579,6 +579,7 @@ TTA_CPU = [
 #: launcher reports against stock DGL: (label, file)
 STOCK_DGL = [
     ("quickstart GCN", "tta_quickstart_vs_stock_interleaved.json"),
+    ("quickstart GCN, 7 h later", "tta_quickstart_vs_stock_interleaved_pm.json"),
     ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
     ("tolokers ResGCN (ROC-AUC)", "tta_tolokers_vs_stock_interleaved.json"),
     ("sparse-heavy GCN (budget 0.2)", "tta_sparse_heavy_vs_stock_interleaved.json"),
