@@ -582,6 +582,7 @@ STOCK_DGL = [
     ("quickstart GCN, 7 h later", "tta_quickstart_vs_stock_interleaved_pm.json"),
     ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
     ("tolokers ResGCN (ROC-AUC)", "tta_tolokers_vs_stock_interleaved.json"),
+    ("tolokers, seed 0, 8 h later", "tta_tolokers_vs_stock_interleaved_pm_seed0.json"),
     ("sparse-heavy GCN (budget 0.2)", "tta_sparse_heavy_vs_stock_interleaved.json"),
     ("200k preset GCN, seed 0", "tta_200k_stock_vm_seed0_epilogue.json"),
     ("200k preset GCN, seed 1", "tta_200k_stock_vm_seed1_epilogue.json"),
