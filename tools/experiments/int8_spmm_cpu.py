@@ -4,9 +4,9 @@ Sparse product: the fp32 row kernel (``dgl_rsc.sparse.cpu_spmm``) against the IN
 (``dgl_rsc.backends.int8_cpu``) on the same random CSR (``--nodes`` rows, ``--degree``
 entries each) at ``--width``, and the two ways to quantize the product's operand (the scaled
 copy then ``quantize``, against the fused ``quantize_columns``). Dense product: the integer
-engines of ``dgl_rsc.int8.gemm`` (``float32`` over exact slices, ``float64``) and torch's own
-``torch._int_mm`` (where this torch has a CPU one) against fp32 and bf16 GEMMs of the same
-shape, as the forward (``N x D @ D x D``) and the weight gradient (``D x N @ N x D``).
+engines of ``dgl_rsc.int8.gemm`` (``float32`` over exact slices, ``float64``, and
+``int_mm``: ``torch._int_mm`` where this torch has a CPU one) against fp32 and bf16 GEMMs of the
+same shape, as the forward (``N x D @ D x D``) and the weight gradient (``D x N @ N x D``).
 
     python tools/experiments/int8_spmm_cpu.py --out docs/results/int8_spmm_cpu.json
 """
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from bench_common import machine, timeit, write_json
 
 from dgl_rsc.backends import int8_cpu
+from dgl_rsc.base._deps import int_mm_on_cpu
 from dgl_rsc.int8.gemm import int_mm_any_k
 from dgl_rsc.int8.quantize import quantize
 from dgl_rsc.sparse.cpu_spmm import spmm_rows
@@ -62,6 +63,7 @@ def _sparse(n: int, degree: int, width: int, reps: int) -> dict:
 def _dense(n: int, width: int, reps: int) -> dict:
     gen = torch.Generator().manual_seed(1)
     shapes = {"forward": (n, width, width), "weight_grad": (width, n, width)}
+    engines = ("float32", "float64", *(("int_mm",) if int_mm_on_cpu() else ()))
     rows = {}
     for name, (m, k, o) in shapes.items():
         a = torch.randint(-127, 128, (m, k), dtype=torch.int8, generator=gen)
@@ -70,11 +72,7 @@ def _dense(n: int, width: int, reps: int) -> dict:
         row = {"fp32": timeit(lambda x=fa, y=fb: torch.matmul(x, y), "cpu", reps)}
         ha, hb = fa.bfloat16(), fb.bfloat16()
         row["bf16"] = timeit(lambda x=ha, y=hb: torch.matmul(x, y), "cpu", reps)
-        try:
-            row["torch_int_mm"] = timeit(lambda x=a, y=b: torch._int_mm(x, y), "cpu", reps)
-        except (RuntimeError, AttributeError) as err:  # torch 2.2 has no CPU _int_mm
-            rows.setdefault("torch_int_mm_error", str(err).splitlines()[0][:200])
-        for engine in ("float32", "float64"):
+        for engine in engines:
             row[f"int8_{engine}"] = timeit(lambda e=engine, x=a, y=b: int_mm_any_k(x, y, e), "cpu",
                                            reps)  # fmt: skip
         rows[name] = {"shape": [m, k, o], **{key: v * 1e3 for key, v in row.items()}}
@@ -94,16 +92,14 @@ def main(argv=None) -> int:
     for key, value in sparse.items():
         print(f"sparse {key:>34}: {value:9.2f}")
     for name, row in dense.items():
-        if not isinstance(row, dict):
-            print(f"dense {name}: {row}")
-            continue
         print(f"dense {name:>12} {row['shape']}: " + "  ".join(
             f"{k} {v:.1f} ms" for k, v in row.items() if k != "shape"))  # fmt: skip
     write_json(args.out, {
         "tool": "tools/experiments/int8_spmm_cpu.py",
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "nodes": args.nodes, "degree": args.degree, "width": args.width,
-        "machine": machine("cpu"), "sparse_ms": sparse, "dense_ms": dense,
+        "machine": machine("cpu"), "int_mm_on_cpu": int_mm_on_cpu(),
+        "sparse_ms": sparse, "dense_ms": dense,
     })  # fmt: skip
     return 0
 
