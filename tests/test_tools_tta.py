@@ -182,16 +182,22 @@ def test_budget_profile_sweep_follows_the_profile_at_each_tune(tmp_path):
     assert not (tmp_path / "x.json").exists()
 
 
-WITH_STOCK = pytest.param(True, marks=[requires_dgl, pytest.mark.dgl], id="with-stock")
+WITH_STOCK = pytest.param(True, {}, marks=[requires_dgl, pytest.mark.dgl], id="with-stock")
 
 
-@pytest.mark.parametrize("stock", [pytest.param(False, id="exact-rsc"), WITH_STOCK])
-def test_interleaved_tta_trains_each_method_as_the_launcher_does(tmp_path, stock):
+PLATEAU = pytest.param(False, {"epochs": 60, "stop": "plateau", "patience": 3}, id="plateau")
+
+
+@pytest.mark.parametrize(
+    "stock, stop", [pytest.param(False, {}, id="exact-rsc"), WITH_STOCK, PLATEAU]
+)
+def test_interleaved_tta_trains_each_method_as_the_launcher_does(tmp_path, stock, stop):
     """``tools/experiments/interleaved_tta.py``: the methods take turns epoch by epoch, each
     with its own random-number state (dropout on), so every run's losses and evaluations are the
-    launcher's bit for bit; its report has the launcher's summary keys and says it was
-    interleaved; a used output directory is refused before anything trains."""
-    train = {"epochs": 6, "eval_every": 1, "seeds": [0, 1], "stock_baseline": stock}
+    launcher's bit for bit, and each stops where the launcher stops it (``train.stop``); its
+    report has the launcher's summary keys and says it was interleaved; a used output directory
+    is refused before anything trains."""
+    train = {"epochs": 6, "eval_every": 1, "seeds": [0, 1], "stock_baseline": stock, **stop}
     model = {"name": "gcn", "hidden": 16, "layers": 2, "dropout": 0.5}
     cfg = write_config(tmp_path, train=train, model=model)
     done = run_cli(["run", cfg, "--out", str(tmp_path / "launcher")])
@@ -208,7 +214,8 @@ def test_interleaved_tta_trains_each_method_as_the_launcher_does(tmp_path, stock
         want = runs[key(r)]
         for a, b in zip(r["history"], want["history"], strict=True):
             assert (a["loss"], a["val"], a["phase"]) == (b["loss"], b["val"], b["phase"]), key(r)
-        assert r["best"] == want["best"]
+        assert r["best"] == want["best"] and r["stop"] == want["stop"]
+        assert r["stop"]["converged"] or not stop  # plateau: stopped before the cap of 60
     assert set(inter["summary"]) == set(launched["summary"])
     assert set(inter["summary"]["rsc"]) == set(launched["summary"]["rsc"])
     tool = os.path.join(TOOLS, "experiments", "interleaved_tta.py")

@@ -40,14 +40,29 @@ def atomic_write(path: str, write: Callable[[Any], None], mode: str = "wb") -> N
     except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
-        if isinstance(exc, OSError) and not isinstance(exc, OutputWriteError):
-            raise OutputWriteError(path, exc) from None
+        cause = _os_error(exc)
+        if cause is not None:
+            raise OutputWriteError(path, cause) from None
         raise
 
 
+def _os_error(exc: BaseException):
+    """The ``OSError`` behind a failed write, or ``None``: ``exc`` itself, or the error it
+    was raised while handling (a serializer that turns the file's ENOSPC into its own error:
+    ``torch.save`` raises a ``RuntimeError`` from the stream writer's failed write)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen and not isinstance(exc, OutputWriteError):
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class OutputWriteError(OSError):
-    """Writing an output failed (a full disk, a quota, an I/O error); the target is as it was
-    before (the temporary file is removed). The message is one line naming the path."""
+    """Writing an output failed (a full disk, a quota, an I/O error), also when the writer
+    wrapped the ``OSError`` in its own exception; the target is as it was before (the
+    temporary file is removed). The message is one line naming the path."""
 
     def __init__(self, path: str, cause: OSError):
         code = errno.errorcode.get(cause.errno, "") if cause.errno else ""

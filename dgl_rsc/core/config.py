@@ -73,6 +73,12 @@ class RSCConfig:
             auto``) and re-solves, which costs about a step's saving; the default, twice the
             cache interval, tunes at every other refresh.
         switch_at: fraction of ``total_steps`` after which the backward is exact (1.0 = never).
+        switch_patience: evaluations in a row without a new best validation metric, during
+            the approximate phase, after which the backward is exact for the rest of the run
+            (``>= 0``; 0: off). The validation metric comes from
+            ``RSCController.observe_validation(value)`` (the launcher calls it at each
+            evaluation); without it only ``switch_at`` switches. Whichever comes first
+            switches (:mod:`dgl_rsc.core.schedule`).
         total_steps: the number of optimizer steps of the run; ``None`` disables switching.
         warmup_steps: exact steps at the start that only record scores (>= 0).
         min_k: the fewest rows any layer keeps (>= 0; a sample keeps at least one row with a
@@ -142,6 +148,7 @@ class RSCConfig:
     cache_interval: int = 10
     tune_interval: int = 20
     switch_at: float = 0.8
+    switch_patience: int = 0
     total_steps: Optional[int] = None
     warmup_steps: int = 2
     min_k: int = 10
@@ -165,6 +172,7 @@ class RSCConfig:
         _check_number(self, "cache_interval", int, lo=1)
         _check_number(self, "tune_interval", int, lo=1)
         _check_number(self, "switch_at", float, lo=0.0, hi=1.0)
+        _check_number(self, "switch_patience", int, lo=0)
         if self.total_steps is not None:
             _check_number(self, "total_steps", int, lo=1)
         _check_number(self, "warmup_steps", int, lo=0)
@@ -279,10 +287,11 @@ def _check_choice(cfg, key, choices):
 def warn_never_exact(config: RSCConfig, entry: str) -> None:
     """Warn (at the user's line) when ``config`` never switches to the exact backward only
     because ``total_steps`` is missing (``entry`` names the call, e.g. ``"dgl_rsc.patch()"``)."""
-    if config.total_steps is None and config.switch_at < 1.0:
+    if config.total_steps is None and config.switch_at < 1.0 and not config.switch_patience:
         warn_user(
             f"{entry} has no total_steps, so it never switches to the exact backward "
             f"(switch_at={config.switch_at} needs the run's length); the exact final steps "
             "recover accuracy. Pass total_steps=<number of optimizer steps>, or "
+            "switch_patience=N with rsc.observe_validation(metric) at each evaluation, or "
             "switch_at=1.0 to approximate throughout without this warning."
         )

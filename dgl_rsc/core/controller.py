@@ -22,8 +22,10 @@ from ..sparse.structure_cache import StructureCache
 from .config import RSCConfig
 from .guard import Guard
 from .layer_state import LayerState
+from .schedule import Schedule
 from .slot import LayerSlot
 from .solver import LayerProblem, allocate, full_cost
+from .stats import run_stats
 from .step_info import StepInfo
 
 __all__ = ["RSCController", "MAX_PRODUCTS_PER_STEP", "MISSING_STEP_MESSAGE"]
@@ -74,6 +76,7 @@ class RSCController:
         self._calls = self._bound = 0  # products bound since the last step() (_bound)
         self._seen_products, self._empty_steps = False, 0
         self.guard = Guard(config.tune_interval) if config.guard else None
+        self.schedule = Schedule(config)  # the phase of each step; the switch to exact
         self.boost = 1.0  # the guard's multiplier of a fixed budget
         self.target_error = config.target_error  # budget: auto's target (the guard lowers it)
         self.budget_log: list[dict] = []  # one entry per tune: budgets and estimated errors
@@ -171,15 +174,22 @@ class RSCController:
 
     # -- schedule -------------------------------------------------------------------------------
     def phase(self) -> str:
-        """``"warmup"`` (exact, recording scores), ``"approx"``, or ``"exact"`` (switched)."""
-        switch = self.config.switch_step
-        if switch is not None and self.step_count >= switch:
-            return "exact"
-        if self.guard is not None and self.guard.exact_from is not None:
-            return "exact"
-        if self.step_count < self.config.warmup_steps:
-            return "warmup"
-        return "approx"
+        """``"warmup"`` (exact, recording scores), ``"approx"``, or ``"exact"`` (switched:
+        at ``switch_at`` of the steps, on a validation plateau or by the guard)."""
+        return self.schedule.phase(self.step_count, self.guard)
+
+    def observe_validation(self, value: float) -> bool:
+        """Report one evaluation's validation metric (higher is better, e.g. accuracy);
+        with ``switch_patience`` set, ``switch_patience`` evaluations in a row without a
+        new best switch the backward to exact for the rest of the run. Call it after the
+        step of the epoch evaluated. Returns ``True`` when this call switched."""
+        phase = self.phase()
+        if not self.schedule.observe(self.step_count, value, phase):
+            return False
+        log.info("step %d: validation plateau, switched to the exact backward (%s)",
+                 self.step_count, self.schedule.switched["detail"])  # fmt: skip
+        self.clear_cache(structures=False)  # no backward reads the samples again
+        return True
 
     def step(self, loss: Optional[float] = None) -> None:
         """Advance one optimizer step; re-solve the budget allocation when it is due.
@@ -329,42 +339,10 @@ class RSCController:
             self.structures.clear()
 
     def stats(self) -> dict:
-        """What RSC did: per-product rows kept, non-zeros visited vs exact, cache use, timing.
-
-        ``not_approximated`` counts training products left exact because RSC could not take
-        them (``not_approximated_reasons``: by reason); ``visited_fraction`` covers the
-        products RSC took and is ``None`` when it took none while some were left exact.
-        ``implicit_steps``: steps the controller counted for a missing ``rsc.step()``;
-        ``cached_input_aggregation``: input aggregations reused (``hits``) or built (``builds``)."""
-        layers = []
-        for s in self.layers:
-            d = s.stats.as_dict()
-            alloc = self.allocation.get(s.index)
-            d.update(layer=s.index, cache_bytes=s.cache_bytes(), narrow=self.narrow(s),
-                     nnz_budget=None if alloc is None else alloc[0])  # fmt: skip
-            layers.append(d)
-        visited = sum(x["nnz_visited"] for x in layers)
-        exact = sum(x["nnz_exact"] for x in layers)
-        skipped = sum(self.not_approximated.values())
-        return {
-            "step": self.step_count,
-            "phase": self.phase(),
-            "layers": layers,
-            "nnz_visited": visited,
-            "nnz_exact": exact,
-            "visited_fraction": visited / exact if exact else None if skipped else 1.0,
-            "select_seconds": sum(x["select_seconds"] for x in layers),
-            "cache_bytes": sum(x["cache_bytes"] for x in layers),
-            "cache_hits": sum(x["cache_hits"] for x in layers),
-            "cache_misses": sum(x["cache_misses"] for x in layers),
-            "subgraph_hits": sum(s.subgraph_hits for s in self.layers),
-            "budgets": list(self.budget_log),
-            "guard": [] if self.guard is None else list(self.guard.actions),
-            "not_approximated": skipped,
-            "not_approximated_reasons": dict(self.not_approximated),
-            "implicit_steps": self.implicit_steps,
-            "cached_input_aggregation": dict(self.cached_inputs),
-        }
+        """What RSC did: per-product rows kept, non-zeros visited vs exact, cache use, timing,
+        the budget log, the guard's actions and the switch to exact
+        (:func:`~dgl_rsc.core.stats.run_stats`)."""
+        return run_stats(self)
 
     def state_dict(self) -> dict:
         """Tensors and numbers only (loads with ``torch.load(weights_only=True)``)."""
@@ -377,6 +355,10 @@ class RSCController:
             "target_error": self.target_error,
             "budget_log": list(self.budget_log),
             "guard": None if self.guard is None else self.guard.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "cached_inputs": dict(self.cached_inputs),
+            "backward_calls": [s.backward_calls for s in self.layers],
+            "solved_backwards": [[i, n] for i, n in self._solved_backwards.items()],
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -392,9 +374,14 @@ class RSCController:
         self.budget_log = list(state.get("budget_log", []))
         if self.guard is not None and state.get("guard") is not None:
             self.guard.load_state_dict(state["guard"])
+        self.schedule.load_state_dict(state.get("schedule"))
+        self.cached_inputs.update(state.get("cached_inputs", {}))
+        for s, n in zip(self.layers, state.get("backward_calls", [])):
+            s.backward_calls = int(n)
+        # which products ran backward since the last solve: they share the next budget
+        self._solved_backwards = {int(i): int(n) for i, n in state.get("solved_backwards", [])}
         self._calls = self._bound = 0
         self._step_backwards = self._backward_total()
-        self._solved_backwards = {}  # the restored layers count their backwards afresh
 
     def __repr__(self) -> str:
         return f"RSCController(step={self.step_count}, layers={len(self.layers)}, {self.config})"

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-__all__ = ["LayerStats", "Timer", "FOLD_EVERY"]
+__all__ = ["LayerStats", "Timer", "FOLD_EVERY", "run_stats"]
 
 #: device-side counters are folded into numbers this often (and on :meth:`LayerStats.as_dict`)
 FOLD_EVERY = 256
@@ -122,3 +122,47 @@ class LayerStats:
                 self.grad_rows / self.grad_rows_total if self.grad_rows_total else 1.0
             ),
         }
+
+
+def run_stats(ctl) -> dict:
+    """What a controller's run did (``RSCController.stats()``): per-product rows kept,
+    non-zeros visited vs exact, cache use, timing.
+
+    ``not_approximated`` counts training products left exact because RSC could not take
+    them (``not_approximated_reasons``: by reason); ``visited_fraction`` covers the products
+    RSC took and is ``None`` when it took none while some were left exact.
+    ``implicit_steps``: steps the controller counted for a missing ``rsc.step()``;
+    ``cached_input_aggregation``: input aggregations reused (``hits``) or built (``builds``);
+    ``switch``: the switch to the exact backward (``{"step", "signal", "detail"}``, signal
+    ``"steps"``, ``"plateau"`` or ``"guard"``), ``None`` while it has not happened."""
+    layers = []
+    for s in ctl.layers:
+        d = s.stats.as_dict()
+        alloc = ctl.allocation.get(s.index)
+        d.update(layer=s.index, cache_bytes=s.cache_bytes(), narrow=ctl.narrow(s),
+                 nnz_budget=None if alloc is None else alloc[0])  # fmt: skip
+        layers.append(d)
+    visited = sum(x["nnz_visited"] for x in layers)
+    exact = sum(x["nnz_exact"] for x in layers)
+    skipped = sum(ctl.not_approximated.values())
+    phase = ctl.phase()
+    return {
+        "step": ctl.step_count,
+        "phase": phase,
+        "layers": layers,
+        "nnz_visited": visited,
+        "nnz_exact": exact,
+        "visited_fraction": visited / exact if exact else None if skipped else 1.0,
+        "select_seconds": sum(x["select_seconds"] for x in layers),
+        "cache_bytes": sum(x["cache_bytes"] for x in layers),
+        "cache_hits": sum(x["cache_hits"] for x in layers),
+        "cache_misses": sum(x["cache_misses"] for x in layers),
+        "subgraph_hits": sum(s.subgraph_hits for s in ctl.layers),
+        "budgets": list(ctl.budget_log),
+        "guard": [] if ctl.guard is None else list(ctl.guard.actions),
+        "switch": None if phase != "exact" else ctl.schedule.switched,
+        "not_approximated": skipped,
+        "not_approximated_reasons": dict(ctl.not_approximated),
+        "implicit_steps": ctl.implicit_steps,
+        "cached_input_aggregation": dict(ctl.cached_inputs),
+    }

@@ -167,6 +167,11 @@ def _timed(rec: dict) -> list:
     return rec["history"][1:] or rec["history"]
 
 
+def _converged(rec: dict):
+    """Whether a run converged by the stop rule (``None``: a record from before it)."""
+    return (rec.get("stop") or {}).get("converged")
+
+
 def _run_times(rec: dict) -> dict:
     hist = _timed(rec)
     out = {k: _mean(h[k] for h in hist) for k in TIMES}
@@ -189,6 +194,8 @@ def summarize(records: list, tolerance: float = DEFAULT_TOLERANCE, target=None) 
         summary[method] = {
             "runs": len(recs),
             "seeds": [r["seed"] for r in recs],
+            "converged": sum(_converged(r) is True for r in recs),
+            "hit_cap": [r["seed"] for r in recs if _converged(r) is False],
             "test_mean": _mean(tests),
             "test_std": _std(tests),
             "val_mean": _mean(r["best"]["val"] for r in recs),
@@ -289,7 +296,8 @@ def format_table(summary: dict, metric: str) -> str:
     """The final table: one row per method; speedups against the faster exact baseline."""
     scale = 100.0 if metric in ("accuracy", "rocauc", "f1_micro") else 1.0
     stock = "stock" in summary
-    head = (f"{'method':<7}{'runs':>5}  {'test ' + metric:>20}{'to target':>18}{'tta exact':>10}"
+    head = (f"{'method':<7}{'runs':>5}{'conv':>6}  {'test ' + metric:>20}{'to target':>18}"
+            f"{'tta exact':>10}"
             + (f"{'tta stock':>10}" if stock else "")
             + f"  {'epoch ms':>9}{'fwd':>8}{'bwd':>8}{'select':>8}{'speedup':>9}{'approx':>8}"
             f"{'bwd nnz':>9}")  # fmt: skip
@@ -301,8 +309,9 @@ def format_table(summary: dict, metric: str) -> str:
         speed = f"{s['speedup']:.2f}x" if "speedup" in s else "-"
         approx = f"{s['speedup_approx']:.2f}x" if "speedup_approx" in s else "-"
         when, tta, vs_stock = _tta_cells(s)
+        conv = f"{s['converged']}/{s['runs']}"
         lines.append(
-            f"{method:<7}{s['runs']:>5}  {test:>20}{when:>18}{tta:>10}"
+            f"{method:<7}{s['runs']:>5}{conv:>6}  {test:>20}{when:>18}{tta:>10}"
             + (f"{vs_stock:>10}" if stock else "")
             + f"  {s['epoch_s_mean'] * 1e3:>9.1f}"
             f"{s['forward_s_mean'] * 1e3:>8.1f}{s['backward_s_mean'] * 1e3:>8.1f}"
@@ -314,7 +323,20 @@ def format_table(summary: dict, metric: str) -> str:
         lines.append(f"speedup: epoch time of the faster baseline ({base}: {what}) over the "
                      "method's; approx: over its approximate phase")  # fmt: skip
     lines.append(_tta_note(summary))
+    lines.append(_stop_note(summary))
     return "\n".join(lines)
+
+
+def _stop_note(summary: dict) -> str:
+    """The table's line on convergence: which runs hit the epoch cap still improving."""
+    capped = [f"{m}-seed{seed}" for m, s in summary.items() for seed in s["hit_cap"]]
+    rule = (
+        "conv: runs whose validation metric had plateaued by their end (no better value "
+        "for train.patience evaluations; train.stop: plateau stops them there)"
+    )
+    if not capped:
+        return f"{rule}; every run converged"
+    return f"{rule}; hit the epoch cap still improving (unconverged): {', '.join(capped)}"
 
 
 def _csv_text(records: list) -> str:

@@ -20,13 +20,15 @@ __all__ = ["plot_summary"]
 
 def _curves(records: list, method: str) -> tuple:
     """``(epochs, val mean, val min, val max, train time mean)`` over the method's seeds,
-    at the evaluated epochs they share."""
+    at the evaluated epochs they share (runs stopped on their plateau differ in length: the
+    curves end with the shortest)."""
     recs = [r for r in records if r["method"] == method]
     evals = [[h for h in r["history"] if h["val"] is not None] for r in recs]
     n = min(len(e) for e in evals)
     epochs = np.array([h["epoch"] for h in evals[0][:n]], dtype=int)
     vals = np.array([[h["val"] for h in e[:n]] for e in evals], dtype=float).reshape(len(recs), n)
-    walls = np.array([cumulative_times(r["history"]) for r in recs]).mean(0)
+    last = min(len(r["history"]) for r in recs)
+    walls = np.array([cumulative_times(r["history"])[:last] for r in recs]).mean(0)
     return epochs, vals.mean(0), vals.min(0), vals.max(0), walls[epochs - 1]
 
 

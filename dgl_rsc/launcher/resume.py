@@ -90,9 +90,9 @@ def _add_counters(base: dict, now: dict) -> dict:
     for key in COUNTERS:
         if key in now and key in base:
             out[key] = base[key] + now[key]
-    for key in ("rows", "k"):  # the last sample's size: from before the resume if none since
-        if key in out and out[key] is None:
-            out[key] = base.get(key)
+    for key in ("rows", "k"):  # the last product's size: from before the resume if none since
+        if key in out and not out[key] and base.get(key) is not None:
+            out[key] = base[key]
     exact = out.get("nnz_exact")
     if "visited_fraction" in out:
         out["visited_fraction"] = out["nnz_visited"] / exact if exact else 1.0

@@ -40,7 +40,14 @@ from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
-from .train_checks import check_compile, check_node_order, check_precision
+from .train_checks import (
+    STOPS,
+    check_compile,
+    check_node_order,
+    check_precision,
+    check_pyg,
+    check_stop,
+)
 
 __all__ = [
     "RunConfig",
@@ -91,6 +98,7 @@ class TrainConfig:
     each way (:mod:`dgl_rsc.models.fused`; dropout drawn by a hash, same distribution).
     ``node_order``: the node order the data are renumbered in once, at load
     (:data:`dgl_rsc.data.reorder.NODE_ORDERS`); outputs stay in the dataset's order.
+    ``stop``, ``patience``, ``min_delta``: :func:`~.train_checks.check_stop` (early stopping).
     """
 
     epochs: int = 200
@@ -116,6 +124,9 @@ class TrainConfig:
     compile: bool = False
     fused_epilogue: bool = True
     node_order: str = "none"
+    stop: str = "fixed"
+    patience: int = 50
+    min_delta: float = 0.0
 
 
 TRAIN_RULES = {
@@ -142,6 +153,9 @@ TRAIN_RULES = {
     "compile": Rule(bool),
     "fused_epilogue": Rule(bool),
     "node_order": Rule(str, choices=tuple(NODE_ORDERS)),
+    "stop": Rule(str, choices=STOPS),
+    "patience": Rule(int, 1),
+    "min_delta": Rule(float, 0.0, 1.0, hi_open=True),
 }
 MODEL_RULES = {
     "hidden": Rule(int, 1),
@@ -153,20 +167,6 @@ MODEL_RULES = {
     "aggregator": Rule(str, choices=("mean", "gcn")),
     "ffn_multiplier": Rule(int, 1),
 }
-
-
-def _check_pyg(train: TrainConfig, model: dict) -> None:
-    """The PyG engines build gcn, sage (mean) and gcn2 for full-batch training."""
-    where = f"train.engine={train.engine!r}"
-    if train.mode != "full":
-        _fail(f"{where} trains full-batch only, got train.mode={train.mode!r}; use "
-              "train.mode: full or train.engine: native.")  # fmt: skip
-    if model["name"] not in ("gcn", "sage", "gcn2"):
-        _fail(f"{where} builds model gcn, sage or gcn2 from PyG's convs, got model.name="
-              f"{model['name']!r}; use one of those or train.engine: native.")  # fmt: skip
-    if model.get("aggregator", "mean") != "mean":
-        _fail(f"{where} builds SAGE with PyG's mean SAGEConv, got model.aggregator="
-              f"{model['aggregator']!r}; use aggregator: mean or engine native.")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -385,12 +385,13 @@ def resolve(raw: Any) -> RunConfig:
         _fail(f"train.engine={train.engine!r} cannot train distributed: use train.engine: native "
               "(dgl_rsc layers on each rank's local graph).")  # fmt: skip
     if _ENGINES[train.engine].needs_pyg:
-        _check_pyg(train, model)
+        check_pyg(train, model)
     if dist is not None and train.mode != "full":
         _fail("mini-batch training (train.mode: cluster or saint) is not distributed; use one "
               "or the other.")  # fmt: skip
     check_precision(train, dist)
     check_compile(train, dist)
     check_node_order(train, dist)
+    check_stop(train, rsc)
     report = resolve_report(raw, check_value, Rule)
     return RunConfig(_resolve_dataset(raw), model, train, rsc, compare, dist, mb, report)

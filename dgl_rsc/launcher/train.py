@@ -53,7 +53,7 @@ from .checkpoint import atomic_write_text, claim, save_checkpoint
 from .ckpt_settle import move_aside, previous_path, settle_set
 from .compiled import compiled_forward
 from .dist_run import start_run
-from .epochs import EpochLog
+from .epochs import EpochLog, rewarm
 from .epochs import counters as _counters  # noqa: F401 (tools and tests import these names)
 from .epochs import evaluate as _evaluate  # noqa: F401
 from .epochs import train_step as _train_step  # noqa: F401
@@ -181,26 +181,31 @@ def train_one(
     t, name = cfg.train, f"{method}-seed{seed}"
     _seed_all(seed)
     run = _setup(cfg, prep, method, seed)
-    history, best = None, None
+    history, best, stop = None, None, None
     base = None  # the controller's counters before a resume
     if ckpt_path and os.path.exists(ckpt_path):
         state = read_checkpoint(ckpt_path, prep, name)
         history, best, base = restore(run, state, ckpt_path, name)
+        stop = state["extra"].get("epoch_log")  # the stop rule's state (None: older files)
         log.info("%s: resumed after epoch %d", name, len(history))
     quiet = not progress or not sys.stderr.isatty() or bool(os.environ.get("CI"))
     bar = tqdm(total=t.epochs, initial=len(history or ()), desc=f"{method} seed {seed}",
                disable=quiet, dynamic_ncols=True)  # fmt: skip
     start_run(prep)
-    runlog = EpochLog(cfg, prep, run, method, seed, history, best)
+    runlog = EpochLog(cfg, prep, run, method, seed, history, best, stop)
     with run.ctx, contextlib.closing(bar):
+        if history:  # what the run computed once and kept in memory, computed again
+            rewarm(run, prep)
         for epoch in range(len(runlog.history) + 1, t.epochs + 1):
+            if runlog.done:  # train.stop: plateau (checked first: a resumed run may be done)
+                break
             rec = runlog.train(epoch)
             bar.set_postfix(loss=f"{rec['loss']:.4f}", val=_fmt(rec["val"]),
                             ep_s=f"{rec['epoch_s']:.3f}", refresh=False)  # fmt: skip
             bar.update(1)
             if ckpt_path and t.checkpoint_every and epoch % t.checkpoint_every == 0:
                 extra = {"history": runlog.history, "best": runlog.best,
-                         "data_sha256": prep.fingerprint,
+                         "epoch_log": runlog.state_dict(), "data_sha256": prep.fingerprint,
                          "rsc_stats": merged_stats(run.ctl, base), **(identity or {})}  # fmt: skip
                 if prep.dist is not None:  # kept for a set that a stop splits (ckpt_settle)
                     move_aside(ckpt_path)

@@ -1,12 +1,17 @@
 """Checks of ``train`` options that depend on other sections: ``precision: int8``,
-``compile`` and ``node_order``; each error says what to change."""
+``compile``, ``node_order``, the PyG engines and ``stop``; each error says what to change."""
 
 from __future__ import annotations
 
 from ..base import _deps
 from ..core.config import ConfigError
 
-__all__ = ["check_precision", "check_compile", "check_node_order"]
+__all__ = [
+    "STOPS", "check_precision", "check_compile", "check_node_order", "check_pyg", "check_stop",
+]  # fmt: skip
+
+#: ``train.stop``: a fixed number of epochs, or until the validation metric plateaus
+STOPS = ("fixed", "plateau")
 
 
 def _fail(msg: str):
@@ -56,3 +61,35 @@ def check_node_order(train, dist) -> None:
         _fail(f"train.node_order={train.node_order!r} renumbers the graph of a single-process "
               "run; a distributed run's partitioner (distributed.method) already groups each "
               "rank's nodes: set train.node_order: none.")  # fmt: skip
+
+
+def check_stop(train, rsc) -> None:
+    """``train.stop``: ``fixed`` trains ``train.epochs`` epochs; ``plateau`` stops a run once
+    ``train.patience`` evaluations in a row (one every ``train.eval_every`` epochs) brought no
+    validation metric above its best by more than ``train.min_delta`` (early stopping as
+    Keras and PyG's examples know it, :class:`~dgl_rsc.core.plateau.Plateau`), with
+    ``train.epochs`` as the cap. Every method (stock, exact, RSC) stops by the same rule; the
+    report says per run whether it converged (stopped on its plateau; under ``fixed``: had
+    plateaued by the end) or hit the cap. RSC's own plateau switch (``rsc.switch_patience``)
+    must come before the run's stop."""
+    if train.stop != "plateau" or rsc is None or not rsc.switch_patience:
+        return
+    if rsc.switch_patience >= train.patience:
+        _fail(f"rsc.switch_patience={rsc.switch_patience} must be below train.patience="
+              f"{train.patience} with train.stop: plateau: the run would stop on its plateau "
+              "before RSC switches to the exact backward on it. Lower rsc.switch_patience or "
+              "raise train.patience.")  # fmt: skip
+
+
+def check_pyg(train, model: dict) -> None:
+    """The PyG engines build gcn, sage (mean) and gcn2 for full-batch training."""
+    where = f"train.engine={train.engine!r}"
+    if train.mode != "full":
+        _fail(f"{where} trains full-batch only, got train.mode={train.mode!r}; use "
+              "train.mode: full or train.engine: native.")  # fmt: skip
+    if model["name"] not in ("gcn", "sage", "gcn2"):
+        _fail(f"{where} builds model gcn, sage or gcn2 from PyG's convs, got model.name="
+              f"{model['name']!r}; use one of those or train.engine: native.")  # fmt: skip
+    if model.get("aggregator", "mean") != "mean":
+        _fail(f"{where} builds SAGE with PyG's mean SAGEConv, got model.aggregator="
+              f"{model['aggregator']!r}; use aggregator: mean or engine native.")  # fmt: skip

@@ -8,8 +8,11 @@ every round sees about the same load. Each method keeps its own random-number st
 NumPy, Python), restored around its epochs: it trains as it would in the launcher (the same
 losses and evaluations, bit for bit), only its clock is shared. Evaluation is not timed.
 
-Writes the launcher's report to ``--out`` (``results.json``, ``table.txt``, ``metrics.csv``,
-``summary.png``; the same summary and time-to-target definition), which
+Each run stops as the launcher stops it (``train.stop: plateau`` with ``--set
+train.stop=plateau``: early stopping on the validation metric, ``train.epochs`` the cap; the
+report says per run whether it converged). Writes the launcher's report to ``--out``
+(``results.json``, ``table.txt``, ``metrics.csv``, ``summary.png``; the same summary and
+time-to-target definition), which
 ``tools/render_benchmarks.py collect`` keeps for the benchmarks page. Full-graph runs on one
 process (no patched engine, mini-batch or distributed config); every method lives in memory
 at once.
@@ -70,11 +73,16 @@ def check(cfg) -> None:
 
 
 def interleave(cfg, prep, seed: int) -> list:
-    """The records of ``seed``'s runs, trained in turns; the order rotates each epoch."""
+    """The records of ``seed``'s runs, trained in turns; the order rotates each epoch. Each
+    run stops by the config's rule (``train.stop``: at ``train.epochs``, or on its validation
+    plateau, the same rule for every method); the others go on taking turns."""
     runs = [Run(cfg, prep, m, seed) for m in methods(cfg)]
     for epoch in range(1, cfg.train.epochs + 1):
-        k = epoch % len(runs)
-        for run in runs[k:] + runs[:k]:
+        live = [run for run in runs if not run.log.done]
+        if not live:
+            break
+        k = epoch % len(live)
+        for run in live[k:] + live[:k]:
             run.epoch(epoch)
     return [run.record() for run in runs]
 
