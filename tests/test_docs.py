@@ -86,7 +86,7 @@ def test_every_tool_a_page_names_exists_and_its_help_is_tested():
     from .test_tools_bench_e2e import COMMANDS
 
     named = _tool_paths()
-    assert "tools/profile_run.py" in named and "tools/tta_sweep.py" in named
+    assert "tools/profile_run.py" in named and "tools/validation_family.py" in named
     for path in sorted(named):
         assert (ROOT / path).is_file(), f"a page names {path}, which does not exist"
         if path.endswith(".py"):

@@ -69,12 +69,13 @@ def test_bench_cpu_e2e_time_to_accuracy_is_the_first_crossing(tmp_path, target):
 
 
 def test_tta_sweep_records_the_first_crossing_of_each_variant(tmp_path):
-    """``tools/tta_sweep.py`` as issue 22's sweeps ran it: per seed the exact run, then each
-    variant, with the time to exact's best validation minus the tolerance."""
+    """``tools/experiments/tta_sweep.py`` as issue 22's sweeps ran it: per seed the exact
+    run, then each variant, with the time to exact's best validation minus the tolerance."""
     cfg = write_config(tmp_path, train={"epochs": 8})
     out = tmp_path / "sweep.json"
-    printed = _tool("tta_sweep.py", cfg, "--seeds", "0", "1", "--variant", "b05:budget=0.5",
-                    "--variant", "c1:cache_interval=1", "--out", str(out))  # fmt: skip
+    printed = _tool("experiments/tta_sweep.py", cfg, "--seeds", "0", "1", "--variant",
+                    "b05:budget=0.5", "--variant", "c1:cache_interval=1",
+                    "--out", str(out))  # fmt: skip
     sweep = json.loads(out.read_text())
     assert sweep["device"] == "cpu" and sweep["torch"]
     env = sweep["environment"]  # the CPU a sweep's times come from, as the other tools say
@@ -105,7 +106,7 @@ def test_exact_only_sweeps_pick_the_homophily_below_the_ceiling(tmp_path):
     tests = {}
     for h in ("0.2", "0.9"):
         out = tmp_path / f"grid_h{h}.json"
-        _tool("tta_sweep.py", cfg, "--exact-only", "--set", f"dataset.homophily={h}",
+        _tool("experiments/tta_sweep.py", cfg, "--exact-only", "--set", f"dataset.homophily={h}",
               "--out", str(out))  # fmt: skip
         sweep = json.loads(out.read_text())
         assert list(sweep["runs"]) == ["exact-seed0"]

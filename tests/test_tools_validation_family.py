@@ -17,14 +17,23 @@ TOOL = os.path.join(REPO, "tools", "validation_family.py")
 def test_the_family_tool_runs_a_member_to_convergence_and_summarizes_it(tmp_path):
     out = tmp_path / "family.json"
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}
+    # two RSC variants in turns with one exact run (the package's defaults, and a plateau switch)
     args = [sys.executable, TOOL, "--members", "tiny", "--seeds", "0", "1", "--patience", "8",
-            "--cap", "80", "--warmup-epochs", "1", "--out", str(out)]  # fmt: skip
+            "--cap", "80", "--warmup-epochs", "1", "--variant", "defaults:",
+            "--variant", "switch:switch_patience=4", "--out", str(out)]  # fmt: skip
     done = run_cmd(args, env=env, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    res = json.loads(out.read_text())
+    res = json.loads((tmp_path / "family_defaults.json").read_text())
+    other = json.loads((tmp_path / "family_switch.json").read_text())
     member = res["members"]["tiny"]
     rows, s = member["rows"], member["summary"]
     assert [r["seed"] for r in rows] == [0, 1] and res["label"] == "defaults"
+    assert member["config"]["rsc"]["switch_patience"] == 0
+    assert other["members"]["tiny"]["config"]["rsc"]["switch_patience"] == 4
+    for a, b in zip(rows, other["members"]["tiny"]["rows"]):  # one exact run for both
+        assert {k: v for k, v in a.items() if k.startswith("exact_")} == {
+            k: v for k, v in b.items() if k.startswith("exact_")
+        }
     for r in rows:
         for m in ("exact", "rsc"):  # every run stopped on its plateau, before the cap
             assert r[f"{m}_converged"] is True and r[f"{m}_epochs"] < 80
@@ -38,10 +47,12 @@ def test_the_family_tool_runs_a_member_to_convergence_and_summarizes_it(tmp_path
         want = sum(r["exact_tta_s"] for r in reached) / sum(r["rsc_tta_s"] for r in reached)
         assert abs(s["tta_ratio"] - want) < 1e-9 and s["tta_low"] <= want <= s["tta_high"]
     assert res["family"]["graphs"] == 1
-    table = (tmp_path / "family.md").read_text()
+    table = (tmp_path / "family_defaults.md").read_text()
     assert table.startswith("| graph | model |") and "| tiny | gcn 3x16 | 600," in table
     # a finished member is not trained again; --compare prints the variants side by side
     again = run_cmd(args, env=env, cwd=REPO, timeout=300)
-    assert again.returncode == 0 and "tiny:" not in again.stdout
-    cmp = run_cmd([sys.executable, TOOL, "--compare", str(out)], env=env, cwd=REPO, timeout=120)
-    assert cmp.returncode == 0 and "| tiny | " in cmp.stdout
+    assert again.returncode == 0 and "tiny [" not in again.stdout
+    files = [str(tmp_path / f"family_{v}.json") for v in ("defaults", "switch")]
+    cmp = run_cmd([sys.executable, TOOL, "--compare", *files], env=env, cwd=REPO, timeout=120)
+    assert cmp.returncode == 0 and "| graph | defaults | switch |" in cmp.stdout
+    assert "| tiny | " in cmp.stdout

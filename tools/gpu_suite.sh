@@ -15,7 +15,7 @@
 #   grid     exact's accuracy on the 200k preset against dataset.homophily ($GRID, seed 0)
 #   tta      time to accuracy on the 200k preset at homophily $H (default: the grid's largest
 #            with exact's test accuracy at most 0.94): the launcher on the PyG engine (stock
-#            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/tta_sweep.py (native engine:
+#            PyG, exact, RSC; seeds $TTA_SEEDS), then tools/experiments/tta_sweep.py (native engine:
 #            RSC default, cache_interval 1, budget 0.3, budget auto)
 #   rem      time to accuracy on the 200k preset (native engine, seeds $TTA_SEEDS, default 0-4):
 #            exact, RSC's defaults, tune_interval 10 (the default before 2026-11-26), budget auto
@@ -32,7 +32,7 @@
 #   precision  the 200k preset's epochs in fp32, bf16 (AMP) and INT8, exact and RSC (the
 #            launcher, $PREC_EPOCHS epochs, default 30); results.json to RESULTS_DIR as prec_*
 #   fwdab    the 200k preset's time to accuracy and epochs with CUDA products on dgl_rsc's
-#            kernel and on cuSPARSE (tools/tta_sweep.py --cusparse), seeds $TTA_SEEDS (0-2)
+#            kernel and on cuSPARSE (tools/experiments/tta_sweep.py --cusparse), seeds $TTA_SEEDS (0-2)
 #   tta5     time to accuracy on the 200k preset, exact and RSC's defaults, seeds $TTA_SEEDS
 #            (default 0-4), native engine
 #
@@ -79,7 +79,7 @@ for stage in $stages; do
                  --out "$out/e2e_$p.json"
              done ;;
     grid)    for h in ${GRID:-0.18 0.19 0.20 0.21}; do
-               run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --exact-only \
+               run $py tools/experiments/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --exact-only \
                  --seeds 0 --eval-every 2 --set train.device=cuda --set dataset.homophily="$h" \
                  --out "$out/grid_h$h.json"
              done ;;
@@ -90,15 +90,15 @@ for stage in $stages; do
              run $py -m dgl_rsc run yaml_configs/synthetic_200k_gcn.yaml --device cuda --no-progress \
                --set dataset.homophily="$H" --set train.engine=pyg \
                --set "train.seeds=[${seeds// /,}]" --out "$out/tta_pyg" --force 2>&1 | tail -12
-             run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --seeds $seeds \
+             run $py tools/experiments/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml --seeds $seeds \
                --eval-every 2 --set train.device=cuda --set dataset.homophily="$H" \
                --variant default: --variant cache1:cache_interval=1 --variant b03:budget=0.3 \
                --variant auto:budget=auto --out "$out/tta_native.json" ;;
-    rem)     run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+    rem)     run $py tools/experiments/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
                --variant default: --variant t10:tune_interval=10 --variant auto:budget=auto \
                --out "$out/tta_remainder.json" ;;
-    now)     run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+    now)     run $py tools/experiments/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
                --variant default: --variant auto:budget=auto --variant sw09:switch_at=0.9 \
                --out "$out/tta_now.json" ;;
@@ -120,11 +120,11 @@ for stage in $stages; do
                [ -n "$dry" ] || cp "$tmp/$prec/results.json" "$out/prec_$prec.json" || status=1
              done ;;
     fwdab)   for flag in "" --cusparse; do  # the forward kernel against cuSPARSE, same seeds
-               run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml $flag \
+               run $py tools/experiments/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml $flag \
                  --seeds ${TTA_SEEDS:-0 1 2} --eval-every 2 --set train.device=cuda \
                  --variant default: --out "$out/fwdab${flag:-_kernel}.json"
              done ;;
-    tta5)    run $py tools/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
+    tta5)    run $py tools/experiments/tta_sweep.py yaml_configs/synthetic_200k_gcn.yaml \
                --seeds ${TTA_SEEDS:-0 1 2 3 4} --eval-every 2 --set train.device=cuda \
                --variant default: --out "$out/tta5_200k.json" ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -38,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
 
+from bench_common import parse_variant
 from interleaved_tta import interleave
 
 from dgl_rsc.base.atomic import atomic_write_text
@@ -186,23 +187,37 @@ def summarize(records: list, metric: str, tolerance: float) -> dict:
     return {"rows": rows, "summary": out}
 
 
-def run_member(name: str, args) -> dict:
-    cfg = resolve(member_config(name, args))
+def run_member(name: str, args, variants: list) -> dict:
+    """``{variant: result}`` of member ``name``: exact and every variant's RSC run (its
+    ``rsc.*`` settings over the package's defaults) interleaved, seed by seed."""
+    raw = member_config(name, args)
+    cfg = resolve(apply_overrides(raw, ["rsc=null", "compare=false"]))  # exact only
+    configs = []
+    for vname, changes in variants:
+        vraw = apply_overrides(raw, [f"{k}={json.dumps(v)}" for k, v in changes.items()])
+        configs.append((vname, resolve(vraw)))
     start = time.perf_counter()
     prep = prepare(cfg)
-    warm_up(cfg, prep, [(s, m) for s in cfg.train.seeds for m in methods(cfg)])
+    both = configs[0][1]  # exact and RSC: the warm-up of each method
+    warm_up(both, prep, [(s, m) for s in both.train.seeds for m in methods(both)])
     records = []
-    for seed in cfg.train.seeds:
-        records += interleave(cfg, prep, seed)
+    for seed in cfg.train.seeds:  # exact, then each variant's RSC run, in turns
+        records += interleave(cfg, prep, seed, configs)
     data = prep.data
     graph = {"nodes": int(data.num_nodes), "edges": int(data.src.numel()),
              "classes": int(data.num_classes), "metric": data.metric}  # fmt: skip
     del prep
     gc.collect()
-    result = summarize(records, graph["metric"], args.tolerance)
-    result.update(graph=graph, model=cfg.model, config=cfg.to_dict(),
-                  seconds=time.perf_counter() - start)  # fmt: skip
-    return result
+    seconds = time.perf_counter() - start
+    out = {}
+    for vname, vcfg in configs:
+        mine = [dict(r, method="rsc") for r in records if r["method"] == vname]
+        result = summarize([r for r in records if r["method"] == "exact"] + mine,
+                           graph["metric"], args.tolerance)  # fmt: skip
+        result.update(graph=graph, model=vcfg.model, config=vcfg.to_dict(), seconds=seconds,
+                      interleaved_with=[v for v, _ in configs])  # fmt: skip
+        out[vname] = result
+    return out
 
 
 def _fmt(v, spec=".2f", none="-"):
@@ -295,6 +310,13 @@ def main(argv=None) -> int:
     p.add_argument("--cap", type=int, default=400, help="epochs at most")
     p.add_argument("--tolerance", type=float, default=0.003, help="target: best val minus this")
     p.add_argument("--warmup-epochs", type=int, default=5)
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME:key=value,... RSC under these rsc.* settings (repeat: several "
+        "variants in turns with one exact run; each writes OUT_NAME.json)",
+    )
     p.add_argument("--compare", nargs="+", help="family JSONs: print their table side by side")
     args = p.parse_args(argv)
     if args.compare:
@@ -305,37 +327,43 @@ def main(argv=None) -> int:
     unknown = [m for m in args.members if m not in SYNTHETIC and m not in REAL]
     if unknown:
         p.error(f"unknown members {unknown}; known: {', '.join([*SYNTHETIC, *REAL])}")
-    options = {
-        "label": args.label,
-        "seeds": args.seeds,
-        "sets": args.sets,
-        "patience": args.patience,
-        "cap": args.cap,
-        "tolerance": args.tolerance,
-    }
-    result = {"tool": "validation_family", **options, "members": {}}
-    if os.path.exists(args.out):  # continue a family run cut short with the same options
-        before = json.load(open(args.out, encoding="utf-8"))
-        if all(before.get(k) == v for k, v in options.items()):
-            result["members"] = before["members"]
-    result.update(
-        cpu=cpu_name(),
-        cores=os.cpu_count(),
-        date=time.strftime("%Y-%m-%d"),
-        command="python tools/validation_family.py " + " ".join(argv or sys.argv[1:]),
-    )
+    variants = [parse_variant(v) for v in args.variant] or [(args.label, {})]
+    stem = os.path.splitext(args.out)[0]
+    paths = {v: args.out if not args.variant else f"{stem}_{v}.json" for v, _ in variants}
+    results = {}
+    for vname, changes in variants:
+        options = {
+            "label": vname,
+            "seeds": args.seeds,
+            "patience": args.patience,
+            "cap": args.cap,
+            "tolerance": args.tolerance,
+            "sets": [*args.sets, *(f"{k}={json.dumps(v)}" for k, v in changes.items())],
+        }
+        result = {"tool": "validation_family", **options, "members": {}}
+        if os.path.exists(paths[vname]):  # continue a family run cut short, same options
+            before = json.load(open(paths[vname], encoding="utf-8"))
+            if all(before.get(k) == v for k, v in options.items()):
+                result["members"] = before["members"]
+        result.update(cpu=cpu_name(), cores=os.cpu_count(), date=time.strftime("%Y-%m-%d"),
+                      command="python tools/validation_family.py "
+                      + " ".join(argv or sys.argv[1:]))  # fmt: skip
+        results[vname] = result
     for name in args.members:
-        if name in result["members"]:
+        if all(name in r["members"] for r in results.values()):
             continue
-        result["members"][name] = run_member(name, args)
-        s = result["members"][name]["summary"]
-        print(f"{name}: gap {s['gap']:+.2f}, reached {s['reached']}/{s['seeds']}, tta "
-              f"{_fmt(s['tta_ratio'])}x, epoch {s['epoch_ratio']:.2f}x "
-              f"({result['members'][name]['seconds']:.0f} s)", flush=True)  # fmt: skip
-        result["family"] = family(result["members"])
-        atomic_write_text(args.out, json.dumps(result, indent=1))
-        atomic_write_text(os.path.splitext(args.out)[0] + ".md", table(result) + "\n")
-    print(table(result))
+        done = run_member(name, args, variants)
+        for vname, result in results.items():
+            result["members"][name] = done[vname]
+            s = done[vname]["summary"]
+            print(f"{name} [{vname}]: gap {s['gap']:+.2f}, reached {s['reached']}/{s['seeds']}, "
+                  f"tta {_fmt(s['tta_ratio'])}x, epoch {s['epoch_ratio']:.2f}x "
+                  f"({done[vname]['seconds']:.0f} s)", flush=True)  # fmt: skip
+            result["family"] = family(result["members"])
+            atomic_write_text(paths[vname], json.dumps(result, indent=1))
+            atomic_write_text(os.path.splitext(paths[vname])[0] + ".md", table(result) + "\n")
+    for result in results.values():
+        print(f"\n{result['label']}:\n{table(result)}")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Time to accuracy under a budget that changes over the run: issue 22's "time profile" candidate.
 
 The fixed budget is one number for the whole approximate phase, then a step to the exact
-backward at ``switch_at``. This experiment lets a variant of ``tools/tta_sweep.py`` give the
+backward at ``switch_at``. This experiment lets a variant of ``tta_sweep.py`` (beside it) give the
 budget a profile instead, with the pseudo-key ``profile`` (the other keys are the sweep's):
 
     early-B0-U  budget B0 at the start, falling linearly to ``rsc.budget`` at fraction U of

@@ -19,14 +19,24 @@ at once.
 
     python tools/experiments/interleaved_tta.py yaml_configs/tolokers_gcn.yaml --seeds 0 1 2 \\
         --out runs/tolokers_interleaved
+    python tools/experiments/interleaved_tta.py yaml_configs/quickstart.yaml \\
+        --set train.stop=plateau --variant switch10:switch_patience=10 --out runs/qs_variants
+
+``--variant NAME:key=value,...`` adds an RSC run under other ``rsc`` settings, trained in turn
+with the others and reported as method ``NAME``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench_common import parse_variant
 
 from dgl_rsc.launcher.checkpoint import atomic_write_text, rng_state, set_rng_state
 from dgl_rsc.launcher.epochs import EpochLog
@@ -41,10 +51,11 @@ class Run:
     """One (method, seed) run stepped an epoch at a time, recorded as ``train_one`` records
     it (the launcher's :class:`~dgl_rsc.launcher.epochs.EpochLog`), with its own RNG state."""
 
-    def __init__(self, cfg, prep, method: str, seed: int):
+    def __init__(self, cfg, prep, method: str, seed: int, name=None):
         _seed_all(seed)
         self.log = EpochLog(cfg, prep, _setup(cfg, prep, method, seed), method, seed)
         self.rng = rng_state()
+        self.name = name or method  # the method the record names (a variant's name)
 
     def epoch(self, epoch: int) -> None:
         """Train epoch ``epoch`` (1-based) and evaluate it when the config says so."""
@@ -57,7 +68,7 @@ class Run:
 
     def record(self) -> dict:
         """The launcher's run record; no peak memory (one process holds every method)."""
-        return self.log.record(None, None)
+        return {**self.log.record(None, None), "method": self.name}
 
 
 def check(cfg) -> None:
@@ -72,11 +83,14 @@ def check(cfg) -> None:
         raise SystemExit("the config trains one method; set compare: true to compare them.")
 
 
-def interleave(cfg, prep, seed: int) -> list:
+def interleave(cfg, prep, seed: int, variants=()) -> list:
     """The records of ``seed``'s runs, trained in turns; the order rotates each epoch. Each
     run stops by the config's rule (``train.stop``: at ``train.epochs``, or on its validation
-    plateau, the same rule for every method); the others go on taking turns."""
+    plateau, the same rule for every method); the others go on taking turns. ``variants``:
+    ``(name, config)`` pairs, RSC runs under other ``rsc`` settings that take turns too,
+    recorded as method ``name``."""
     runs = [Run(cfg, prep, m, seed) for m in methods(cfg)]
+    runs += [Run(vcfg, prep, "rsc", seed, name) for name, vcfg in variants]
     for epoch in range(1, cfg.train.epochs + 1):
         live = [run for run in runs if not run.log.done]
         if not live:
@@ -87,11 +101,34 @@ def interleave(cfg, prep, seed: int) -> list:
     return [run.record() for run in runs]
 
 
+def rsc_variants(config: str, sets: list, texts: list, cfg) -> list:
+    """``(name, config)`` of each ``--variant NAME:key=value,...`` (keys without a section
+    are ``rsc`` keys); a variant may change the ``rsc`` section only."""
+    out = []
+    for text in texts:
+        name, changes = parse_variant(text)
+        if name in ("stock", "exact", "rsc") or name in dict(out) or not name:
+            raise SystemExit(f"--variant {text!r}: name it other than stock, exact, rsc and "
+                             "the other variants.")  # fmt: skip
+        vcfg = load_config(config, [*sets, *(f"{k}={json.dumps(v)}" for k, v in changes.items())])
+        if {**vcfg.to_dict(), "rsc": None} != {**cfg.to_dict(), "rsc": None} or vcfg.rsc is None:
+            raise SystemExit(f"--variant {text!r} changes more than the rsc section; give rsc.* "
+                             "keys only.")  # fmt: skip
+        out.append((name, vcfg))
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("config")
     p.add_argument("--seeds", type=int, nargs="+", help="default: the config's train.seeds")
     p.add_argument("--set", dest="sets", action="append", default=[], help="KEY.SUB=VALUE")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME:key=value,... an RSC run under these rsc.* settings, in turn too",
+    )
     p.add_argument("--out", required=True, help="a new or empty directory")
     args = p.parse_args(argv)
     sets = [*args.sets, "train.checkpoint_every=0"]
@@ -99,6 +136,7 @@ def main(argv=None) -> int:
         sets.append(f"train.seeds={args.seeds}")
     cfg = load_config(args.config, sets)
     check(cfg)
+    variants = rsc_variants(args.config, sets, args.variant, cfg)
     if os.path.isdir(args.out) and os.listdir(args.out):
         raise SystemExit(f"--out {args.out} is not empty; name a new directory.")
     os.makedirs(args.out, exist_ok=True)
@@ -108,7 +146,7 @@ def main(argv=None) -> int:
     warm_up(cfg, prep, [(s, m) for s in cfg.train.seeds for m in methods(cfg)])
     records = []
     for seed in cfg.train.seeds:
-        records += interleave(cfg, prep, seed)
+        records += interleave(cfg, prep, seed, variants)
         print(f"seed {seed} done, {time.perf_counter() - start:.0f} s", flush=True)
     env = environment(prep.device)
     env["setup_s"] = dict(prep.setup_s)

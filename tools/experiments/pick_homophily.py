@@ -1,4 +1,4 @@
-"""The homophily to tune a synthetic preset to, from ``tools/tta_sweep.py --exact-only`` runs.
+"""The homophily to tune a synthetic preset to, from ``tta_sweep.py --exact-only`` runs.
 
 Each argument is one sweep's JSON at one ``dataset.homophily`` (in its ``sets``); printed is the
 largest homophily whose exact test accuracy (seed 0, at the best validation epoch) is at most

@@ -11,7 +11,7 @@ speedup over exact in time and in epochs. Before the first seed each method trai
 process paid before; :func:`dgl_rsc.launcher.train.warm_up`, as the launcher does: with
 ``--exact-only`` nothing is compared and nothing warms up).
 
-    python tools/tta_sweep.py yaml_configs/quickstart.yaml --seeds 0 1 \
+    python tools/experiments/tta_sweep.py yaml_configs/quickstart.yaml --seeds 0 1 \
         --variant default: --variant topk:rule=topk,rescale=none --out results/tta_qs.json
 """
 
@@ -25,6 +25,9 @@ import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from bench_common import machine, parse_variant
 
 from dgl_rsc.base.atomic import atomic_write
