@@ -308,6 +308,9 @@ def collect(run_dir: str, name: str, command: str) -> None:
     res = json.loads((Path(run_dir) / "results.json").read_text())
     keep = {k: res[k] for k in ("environment", "summary", "table", "metric", "config")}
     keep["command"] = command
+    # per run what an interval over seeds needs (the histories stay in the run directory)
+    keep["runs"] = [{k: r.get(k) for k in ("method", "seed", "best", "final", "stop")}
+                    for r in res["runs"]]  # fmt: skip
     (RESULTS / f"{name}.json").write_text(json.dumps(keep, indent=2) + "\n")
 
 
