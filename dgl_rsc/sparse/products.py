@@ -226,7 +226,8 @@ def csr_mm(
         if not (_deps.numba_available() and X.dtype in _NUMBA):
             return _dgl_mm(engine, A, X, scales, pool)
         return engine_pick.run(A._s, X.shape[1], lambda: _dgl_mm(engine, A, X, scales, pool),
-                               lambda: _mm(A, X, scales, pool))  # fmt: skip
+                               lambda: _mm(A, X, scales, pool), X.dtype,
+                               A.values is not None)  # fmt: skip
     tag = A.token if sparse_write else None
     return _mm(A, X, scales, pool, tag)
 
