@@ -141,11 +141,12 @@ class Registry:
         return name
 
     def run(self, kind: str, key: tuple, candidates: Mapping[str, Callable[[], Any]],
-            keep: Optional[str] = None) -> Any:  # fmt: skip
-        """The result of the candidate kept for ``(kind, key)``. While measuring, every
-        candidate runs (in the mapping's order) and ``keep``'s result is returned (default:
-        the first candidate's): those that claim to compute the same bits return the same
-        result whichever is kept. A single candidate just runs."""
+            keep: Optional[str] = None, trials: Optional[int] = None) -> Any:  # fmt: skip
+        """The result of the candidate kept for ``(kind, key)``. While measuring (``trials``
+        rounds, default :attr:`trials_needed`), every candidate runs (in the mapping's
+        order) and ``keep``'s result is returned (default: the first candidate's): those
+        that claim to compute the same bits return the same result whichever is kept. A
+        single candidate just runs."""
         if len(candidates) == 1:
             return next(iter(candidates.values()))()
         forced = self._forced(kind, candidates)
@@ -162,7 +163,7 @@ class Registry:
                 out = res
             res = None  # freed before the next candidate runs (its pooled output is reused)
         entry.rounds.append(times)
-        if len(entry.rounds) >= self.trials_needed:
+        if len(entry.rounds) >= (self.trials_needed if trials is None else trials):
             self._keep(kind, key, entry)
         return out
 

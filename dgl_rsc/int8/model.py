@@ -5,8 +5,11 @@ What runs in INT8 (int8 operands, int32 accumulation, one fp32 dequantize per pr
 * every sparse product of a quantized convolution: the forward ``A @ X``, the exact backward
   ``A^T @ dY`` and RSC's sampled backward ``A[S, :]^T @ dY[S, :]``;
 * the weight products of :class:`~dgl_rsc.nn.GraphConv` (``X @ W`` and both of its
-  gradients) on CUDA and on CPUs with int8 dot-product instructions (``dense="auto"``;
-  ``"int8"`` or ``"fp32"`` everywhere).
+  gradients);
+
+each product in INT8 or fp32, whichever measured faster for its shape on this machine
+(``dense``/``sparse`` ``"auto"``, :mod:`dgl_rsc.int8.choose`), or as forced (``"int8"``,
+``"fp32"``).
 
 What stays in fp32 (the rule): the first layer's aggregation where it is computed once per
 run (:mod:`dgl_rsc.dgl.nn.input_cache`), the last convolution of the model (``keep_last=True``: its
@@ -50,6 +53,7 @@ def quantize_model(
     keep_last: bool = True,
     backend: str = "auto",
     dense: str = "auto",
+    sparse: str = "auto",
 ) -> list:
     """Run the products of ``model``'s dgl_rsc convolutions in INT8 (see the module doc for
     what stays in fp32). Works with or without RSC attached (:func:`dgl_rsc.nn.attach`), in
@@ -64,13 +68,14 @@ def quantize_model(
         keep_last: leave the last convolution in fp32.
         backend: kernels of the sparse products (:func:`dgl_rsc.backends.resolve_int8`).
         dense: where the weight products run in INT8 (:class:`~dgl_rsc.int8.spec.Int8Spec`:
-            ``"auto"`` where the hardware has int8 GEMMs).
+            ``"auto"`` where that measured faster than fp32).
+        sparse: where the sparse products run in INT8 (likewise).
 
     Raises:
         ValueError: ``model`` has no dgl_rsc convolution, or an option is invalid.
     """
     spec = Int8Spec(rounding=rounding, seed=seed, keep_last=keep_last, backend=backend,
-                    dense=dense)  # fmt: skip
+                    dense=dense, sparse=sparse)  # fmt: skip
     convs = _convs(model)
     if not convs:
         raise ValueError(

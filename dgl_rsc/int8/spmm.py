@@ -18,10 +18,13 @@ import torch
 
 from ..backends import resolve_int8
 from ..sparse.csr import CSR
+from ..sparse.products import csr_mm
+from ..sparse.scales import Scales
+from .choose import sparse_choice
 from .quantize import QMAX, quantize
 from .spec import Int8State
 
-__all__ = ["ACC_LIMIT", "int8_csr_mm", "check_accumulator"]
+__all__ = ["ACC_LIMIT", "int8_csr_mm", "check_accumulator", "quantized_product"]
 
 ACC_LIMIT = 2**31 - 1
 
@@ -51,6 +54,12 @@ def _quantize_scaled(state: Int8State, x: torch.Tensor, col: Optional[torch.Tens
     """Codes and per-column scales of ``diag(col) x``: the kernel module's fused
     ``quantize_columns`` where it has one (one pass for the maxima, one for the codes, no
     scaled copy: the CPU kernels), else the scaled copy quantized by :func:`_q`."""
+    prepared = state.prepared
+    if prepared is not None:
+        state.prepared = None
+        codes = prepared.take(x, col)
+        if codes is not None:  # written by the fused epilogue (.codes), the same bits
+            return codes
     kernels = resolve_int8(state.spec.backend, x.device)
     fused = getattr(kernels, "quantize_columns", None)
     col = None if col is None else col.detach().float()
@@ -86,3 +95,18 @@ def int8_csr_mm(
     kernels = resolve_int8(state.spec.backend, X.device)
     out = kernels.int8_spmm(A.indptr, A.indices, qv, qX.contiguous(), rf, col_scale.contiguous())
     return out.to(X.dtype)
+
+
+def quantized_product(A: CSR, X: torch.Tensor, scales: Scales) -> torch.Tensor:
+    """``(M, D)`` ``diag(r) A diag(c) X`` of scales carrying an INT8 state: in INT8
+    (:func:`int8_csr_mm`) or by the exact fp32 engine, per the state's ``spec.sparse``
+    (``"auto"``: whichever measured faster for this shape, :mod:`.choose`)."""
+    state = scales.quant
+
+    def int8():
+        return int8_csr_mm(A, X, scales.row_factor(), scales.col, state)
+
+    def fp32():
+        return csr_mm(A, X, scales._replace(quant=None))
+
+    return sparse_choice(A, X, state.spec.sparse, int8, fp32)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ...backends.narrow_mm import narrow_mm
+from ...backends.narrow_mm import takes as takes_narrow
 from ...base.user_warnings import warn_user
 from ...core.controller import RSCController
 from ...core.ops import compiling, slot_ref
@@ -137,12 +138,18 @@ class RSCLayer(nn.Module):
         return self._rsc_int8
 
     def _matmul(self, x: torch.Tensor, w: torch.Tensor, reassociate: bool = False):
-        """``x @ w``: INT8 with int32 accumulation when the layer is quantized and its spec
-        runs weight products in INT8 on this device (:meth:`Int8Spec.dense_int8`);
-        ``reassociate``: a narrow ``w`` on the CPU through :func:`narrow_mm` (equal up to
-        rounding)."""
+        """``x @ w``: on a quantized layer each product (forward and gradients) in INT8 or
+        fp32, whichever its spec's ``dense`` asks or measured faster
+        (:mod:`dgl_rsc.int8.choose`); ``reassociate``: a narrow ``w`` on the CPU through
+        :func:`narrow_mm` (equal up to rounding)."""
         state = self._rsc_int8
-        if state is None or w.dim() != 2 or not state.spec.dense_int8(x.device):
+        narrow = reassociate and takes_narrow(x, w)  # under 16 wide: INT8 never pays there
+        if (
+            state is None
+            or w.dim() != 2
+            or state.spec.dense == "fp32"
+            or (narrow and state.spec.dense == "auto")
+        ):
             return narrow_mm(x, w) if reassociate else torch.matmul(x, w)
         state.training = self.training
         return int8_matmul(x, w, state)
