@@ -22,7 +22,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["mix32", "forward_rows", "backward_rows", "GOLDEN", "M1", "M2"]
+__all__ = ["mix32", "forward_rows", "backward_rows", "forward_rows_bits", "backward_rows_bits",
+           "GOLDEN", "M1", "M2"]  # fmt: skip
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True, fastmath=False)
 
@@ -118,3 +119,40 @@ def backward_rows(dy, y, dx, r0, r1, seed_lo, seed_hi, threshold, scale, relu):
         else:
             for j in range(dy.shape[1]):
                 dx[i, j] = dy[i, j] * scale
+
+
+@njit(**_OPTS)
+def forward_rows_bits(x, other, bias, y, r0, r1, seed_lo, seed_hi, threshold, scale, bits,
+                      col, has_col, amax):  # fmt: skip
+    """Rows ``[r0, r1)`` of :func:`forward_rows` with ReLU, and per row, while it is in cache:
+    ``bits[i, j >> 3]`` bit ``j & 7`` set iff ``y[i, j] > 0`` (the elements whose gradient
+    flows: ReLU passed them and dropout kept them), and, where ``amax`` has columns, the
+    running maxima ``amax[j] = max |y[i, j] * col[i]|`` (``col`` 1 without ``has_col``; NaN
+    sticks), the expression of :mod:`dgl_rsc.backends.int8_cpu`'s column maxima."""
+    d = y.shape[1]
+    measure = amax.shape[0] > 0
+    for i in range(r0, r1):
+        forward_rows(x, other, bias, y, i, i + 1, seed_lo, seed_hi, threshold, scale, True)
+        for b in range(bits.shape[1]):
+            byte = 0
+            for k in range(min(8, d - 8 * b)):
+                if y[i, 8 * b + k] > 0:
+                    byte |= 1 << k
+            bits[i, b] = byte
+        if measure:
+            c = col[i] if has_col else np.float32(1.0)
+            for j in range(d):
+                v = abs(y[i, j] * c) if has_col else abs(y[i, j])
+                if v > amax[j] or v != v:
+                    amax[j] = v
+
+
+@njit(**_OPTS)
+def backward_rows_bits(dy, bits, dx, r0, r1, scale):
+    """Rows ``[r0, r1)``: ``dx = dy * scale`` where the element's bit is set, else 0 (the
+    backward of :func:`forward_rows_bits`, equal to :func:`backward_rows` with ReLU)."""
+    zero = np.float32(0.0)
+    for i in range(r0, r1):
+        for j in range(dy.shape[1]):
+            kept = (bits[i, j >> 3] >> (j & 7)) & 1
+            dx[i, j] = dy[i, j] * scale if kept else zero

@@ -21,7 +21,8 @@ from numba import njit, prange
 from ..quant.rounding import QMAX, bf16_scale_up
 from ..sparse.cpu_spmm import run_chunked
 
-__all__ = ["INT16_SPAN", "int8_spmm", "int8_spmm_acc", "quantize_codes", "quantize_columns"]
+__all__ = ["INT16_SPAN", "int8_spmm", "int8_spmm_acc", "quantize_codes", "quantize_columns",
+           "column_amax", "scaled_codes"]  # fmt: skip
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
@@ -213,12 +214,9 @@ def _scaled_codes(x, col, has_col, s, stochastic, seed, q):
             q[i, j] = _code(v, i * cols + j, stochastic, seed)
 
 
-def quantize_columns(x, col, rounding: str, seed: int):
-    """``(q, s)``: the codes and per-column scales of ``diag(col) x`` (``x (R, C)`` fp32,
-    ``col (R,)`` or ``None``), bit-identical to :func:`dgl_rsc.int8.quantize.quantize` of
-    ``x * col[:, None]`` with ``dim=0``, without materializing the scaled copy: one pass for
-    the column maxima, one for the codes."""
-    x = x.contiguous()
+def column_amax(x, col) -> torch.Tensor:
+    """``(1, C)`` fp32: ``max_i |x[i, j] * col[i]|`` (``col (R,)`` or ``None``; NaN where a
+    term is NaN), in one parallel pass without the scaled copy."""
     rows, cols = x.shape
     has_col = col is not None
     c = col.contiguous().numpy() if has_col else np.ones(1, np.float32)
@@ -226,12 +224,29 @@ def quantize_columns(x, col, rounding: str, seed: int):
     amax = np.zeros((parts, cols), np.float32)
     if rows:
         _column_amax(x.numpy(), c, has_col, parts, amax)
-    part_max = torch.from_numpy(amax)
-    span = part_max.amax(0, keepdim=True)  # NaN propagates, as in the reference's amax
-    s = bf16_scale_up(span, float(QMAX))
+    return torch.from_numpy(amax).amax(0, keepdim=True)  # NaN propagates, as torch's amax
+
+
+def scaled_codes(x, col, s, rounding: str, seed: int) -> torch.Tensor:
+    """``(R, C)`` int8: the codes of ``diag(col) x`` for the per-column scales ``s (1, C)``,
+    computed from ``x`` (no scaled copy), as :func:`quantize_codes` of ``x * col[:, None]``."""
+    rows, cols = x.shape
+    has_col = col is not None
+    c = col.contiguous().numpy() if has_col else np.ones(1, np.float32)
     q = torch.empty((rows, cols), dtype=torch.int8)
     if x.numel():
         seed64 = np.uint64(int(seed) & 0xFFFFFFFF)
-        _scaled_codes(x.numpy(), c, has_col, s.reshape(-1).numpy(), rounding == "stochastic",
-                      seed64, q.numpy())  # fmt: skip
-    return q, s
+        _scaled_codes(x.numpy(), c, has_col, s.reshape(-1).contiguous().numpy(),
+                      rounding == "stochastic", seed64, q.numpy())  # fmt: skip
+    return q
+
+
+def quantize_columns(x, col, rounding: str, seed: int):
+    """``(q, s)``: the codes and per-column scales of ``diag(col) x`` (``x (R, C)`` fp32,
+    ``col (R,)`` or ``None``), bit-identical to :func:`dgl_rsc.int8.quantize.quantize` of
+    ``x * col[:, None]`` with ``dim=0``, without materializing the scaled copy: one pass for
+    the column maxima (:func:`column_amax`), one for the codes (:func:`scaled_codes`)."""
+    x = x.contiguous()
+    col = None if col is None else col.contiguous()
+    s = bf16_scale_up(column_amax(x, col), float(QMAX))
+    return scaled_codes(x, col, s, rounding, seed), s

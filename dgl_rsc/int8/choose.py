@@ -29,7 +29,8 @@ import torch
 from ..base import _deps
 from ..base.pick import PICKS, TRIALS, fingerprint
 
-__all__ = ["PROBE", "int8_engines", "int_mm_engine", "dense_engine", "sparse_choice"]
+__all__ = ["PROBE", "int8_engines", "int_mm_engine", "dense_engine", "sparse_choice",
+           "sparse_kept"]  # fmt: skip
 
 #: the largest rows and contraction of a probe of a dense product
 PROBE = 4096
@@ -88,7 +89,19 @@ def sparse_choice(A, X: torch.Tensor, mode: str, int8: Callable, fp32: Callable)
         return int8()
     if mode == "fp32":
         return fp32()
-    key = fingerprint(X.device.type, A.shape[0], A.shape[1], A.nnz, X.shape[1],
-                      A.values is not None, exact=False)  # fmt: skip
-    return PICKS.run("int8_sparse", key, {"int8": int8, "fp32": fp32}, keep="int8",
-                     trials=2 * TRIALS)  # fmt: skip
+    return PICKS.run("int8_sparse", _sparse_key(A, X.shape[1], X.device), {"int8": int8,
+                     "fp32": fp32}, keep="int8", trials=2 * TRIALS)  # fmt: skip
+
+
+def _sparse_key(A, width: int, device) -> tuple:
+    return fingerprint(torch.device(device).type, A.shape[0], A.shape[1], A.nnz, width,
+                       A.values is not None, exact=False)  # fmt: skip
+
+
+def sparse_kept(A, width: int, mode: str, device) -> bool:
+    """Whether the product ``A @ X`` (``X`` ``width`` wide) runs in INT8 from now on:
+    ``mode`` ``"int8"``, or ``"auto"`` with the choice made and INT8 kept (while it is
+    measured: ``False``)."""
+    if mode != "auto":
+        return mode == "int8"
+    return PICKS.chosen("int8_sparse", _sparse_key(A, width, device)) == "int8"
