@@ -64,18 +64,19 @@ def int_mm_engine(qa: torch.Tensor, qb: torch.Tensor, run: Callable) -> str:
     return PICKS.decide("int_mm", _key(qa, qb, torch.get_float32_matmul_precision()), probes)
 
 
-def dense_engine(a: torch.Tensor, b: torch.Tensor, mode: str, int8_mm: Callable) -> str:
+def dense_engine(a: torch.Tensor, b: torch.Tensor, mode: str, int8_mm: Callable,
+                 *labels) -> str:  # fmt: skip
     """``"fp32"`` or the integer engine that runs ``a (M, K) @ b (K, N)`` (fp32 operands)
     for ``Int8Spec.dense`` ``mode``; ``int8_mm(a, b, engine)`` is the whole INT8 product
     (quantize both operands, integer product, dequantize), timed on a probe beside fp32's
-    ``a @ b``."""
+    ``a @ b``. ``labels`` join the key (a product known by a probe of its operand)."""
     if mode == "fp32":
         return "fp32"
     pa, pb = _probe(a.detach(), b.detach())
     probes = {e: (lambda e=e: int8_mm(pa, pb, e)) for e in int8_engines(a.device)}
     if mode == "auto":
         probes = {"fp32": lambda: torch.matmul(pa, pb), **probes}
-    key = _key(a, b, mode, torch.get_float32_matmul_precision())
+    key = _key(a, b, mode, torch.get_float32_matmul_precision(), *labels)
     return PICKS.decide("int8_dense", key, probes)
 
 

@@ -32,9 +32,9 @@ from typing import Optional
 
 import torch
 
-from ..backends import resolve_int8
-from .choose import dense_engine, int_mm_engine
+from .choose import PROBE, dense_engine, int_mm_engine
 from .quantize import QMAX, quantize
+from .saved import SavedRows
 from .spec import Int8State
 
 __all__ = ["MAX_K", "F32_EXACT_K", "INT_MM", "int_mm", "int8_mm", "int8_matmul", "Int8Matmul"]
@@ -116,13 +116,6 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
     return INT_MM[engine](qa, qb)
 
 
-def _q(state: Int8State, x: torch.Tensor, dim: int):
-    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
-    if not state.stochastic:
-        return quantize(x, dim, "nearest", 0, codes)
-    return quantize(x, dim, "stochastic", state.next_seed(), codes)
-
-
 def int_mm_any_k(qa: torch.Tensor, qb: torch.Tensor,
                  engine: Optional[str] = None) -> torch.Tensor:  # fmt: skip
     """``(M, N)`` exact ``qa (M, K) @ qb (K, N)`` for any ``K``: :func:`int_mm` (``engine``)
@@ -142,8 +135,8 @@ def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State,
     """``(M, N)`` fp32 ``a (M, K) @ b (K, N)`` on INT8 operands: ``a`` per row, ``b`` per
     column, exact integer accumulation (``engine`` as :func:`int_mm`), dequantized once as
     ``(acc * s_a) * s_b``. No autograd."""
-    qa, sa = _q(state, a, 1)
-    qb, sb = _q(state, b, 0)
+    qa, sa = state.quantize(a, 1)
+    qb, sb = state.quantize(b, 0)
     return int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sb)
 
 
@@ -155,44 +148,61 @@ def _probe_int8(a: torch.Tensor, b: torch.Tensor, engine: str) -> torch.Tensor:
     return int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sb)
 
 
-def _engine(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> str:
-    return dense_engine(a, b, state.spec.dense, _probe_int8)
+def _engine(a: torch.Tensor, b: torch.Tensor, state: Int8State, *labels) -> str:
+    return dense_engine(a, b, state.spec.dense, _probe_int8, *labels)
 
 
-def _times_weight(a: torch.Tensor, w: torch.Tensor, transposed: bool, state: Int8State):
-    """``a @ w`` (or ``a @ w^T``) by the engine measured for it: fp32, or ``a``'s codes per
-    row times the step's codes of ``w`` (one scale: :meth:`Int8State.weight_codes`)."""
+def _times_weight(a: torch.Tensor, w: torch.Tensor, transposed: bool, state: Int8State,
+                  keep_rows: bool = False):  # fmt: skip
+    """``(a @ w (or a @ w^T), rows)`` by the engine measured for it: fp32, or ``a``'s codes
+    per row times the step's codes of ``w`` (one scale: :meth:`Int8State.weight_codes`).
+    With ``keep_rows``, ``rows`` is ``a`` as :class:`~dgl_rsc.int8.saved.SavedRows`: the
+    INT8 product's own codes of ``a``, else quantized for it; else ``None``."""
     b = w.t() if transposed else w
     engine = _engine(a, b, state)
     if engine == "fp32":
-        return torch.matmul(a, b)
-    qw, sw = state.weight_codes(w, _q)
-    qa, sa = _q(state, a, 1)
+        return torch.matmul(a, b), (SavedRows(a, state) if keep_rows else None)
+    qw, sw = state.weight_codes(w)
+    qa, sa = state.quantize(a, 1)
     qb = qw.t().contiguous() if transposed else qw
-    return int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sw).to(a.dtype)
+    out = int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sw).to(a.dtype)
+    return out, (SavedRows.of_codes(qa, sa, a.dtype) if keep_rows else None)
 
 
 class Int8Matmul(torch.autograd.Function):
     """``x (N, K) @ w (K, O)`` with every product (forward and both gradients) in INT8 where
     that measured faster than fp32 (:mod:`.choose`).
 
-    Saves ``x`` and ``w`` in their own precision (the master copies); the optimizer and its
-    state never see INT8 values."""
+    An input that is an activation (it needs a gradient) is kept for the weight gradient as
+    int8 codes per row (``spec.saved == "int8"``, :mod:`.saved`); a constant input (a cached
+    aggregation) and the weight are kept as they are. The optimizer and its state never see
+    INT8 values."""
 
     @staticmethod
     def forward(ctx, x, w, state: Int8State):
         ctx.state = state
-        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None,
-                              w if ctx.needs_input_grad[0] else None)  # fmt: skip
-        return _times_weight(x, w, False, state).to(x.dtype)
+        compress = ctx.needs_input_grad[0] and ctx.needs_input_grad[1] and (
+            state.spec.saved == "int8")  # fmt: skip
+        out, ctx.rows = _times_weight(x, w, False, state, keep_rows=compress)
+        keep_x = ctx.needs_input_grad[1] and not compress
+        ctx.save_for_backward(x if keep_x else None, w if ctx.needs_input_grad[0] else None)
+        return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
         x, w = ctx.saved_tensors
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            dx = _times_weight(g, w, True, ctx.state).to(w.dtype)
-        if ctx.needs_input_grad[1]:
+            dx = _times_weight(g, w, True, ctx.state)[0].to(w.dtype)
+        if ctx.needs_input_grad[1] and ctx.rows is not None:
+            rows, ctx.rows = ctx.rows, None
+            probe = rows.dequantized(PROBE).t()
+            engine = _engine(probe, g[:PROBE], ctx.state, "saved", g.shape[0])
+            if engine == "fp32":
+                dw = rows.t_times(g)
+            else:
+                dw = rows.t_times_int8(g, ctx.state, int_mm_any_k, engine)
+        elif ctx.needs_input_grad[1]:
             xt = x.t()
             engine = _engine(xt, g, ctx.state)
             dw = torch.matmul(xt, g) if engine == "fp32" else int8_mm(xt, g, ctx.state, engine)

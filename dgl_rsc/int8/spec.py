@@ -41,6 +41,9 @@ class Int8Spec:
         sparse: the sparse products, likewise: ``"auto"`` (INT8, its operand's quantization
             included, or the exact fp32 engine, whichever measured faster per shape),
             ``"int8"`` or ``"fp32"``.
+        saved: the activations the weight gradients keep from the forward to the backward:
+            ``"int8"`` (codes per row, :mod:`dgl_rsc.int8.saved`: a quarter of the memory,
+            the error of one quantization in the weight gradients) or ``"fp32"``.
     """
 
     rounding: str = "stochastic"
@@ -49,6 +52,7 @@ class Int8Spec:
     backend: str = "auto"
     dense: str = "auto"
     sparse: str = "auto"
+    saved: str = "int8"
 
     def __post_init__(self):
         if self.rounding not in ROUNDINGS:
@@ -66,6 +70,9 @@ class Int8Spec:
                     f"{name}={value!r} is not one of {', '.join(DENSE)}; use 'auto' (INT8 "
                     "where it measured faster than fp32), 'int8' or 'fp32'."
                 )
+        if self.saved not in ("int8", "fp32"):
+            raise ValueError(f"saved={self.saved!r} is not 'int8' or 'fp32' (the precision of "
+                             "the activations kept for the weight gradients).")  # fmt: skip
 
 
 class Int8State:
@@ -94,14 +101,26 @@ class Int8State:
         self.calls += 1
         return seed
 
-    def weight_codes(self, w, quantize):
-        """``(q (K, O) int8, s (1, 1))``: ``w``'s codes with one scale, made by
-        ``quantize(state, w, None)`` once per value of ``w`` (an optimizer step changes its
-        version) and rounding mode, shared by the forward and the backward products."""
+    def quantize(self, x, dim):
+        """``(q, s)`` of ``x (R, C)`` with one scale per slice along ``dim``
+        (:func:`dgl_rsc.int8.quantize.quantize`) by the spec's kernels: stochastic rounding
+        with the next seed in training, nearest otherwise."""
+        from ..backends import resolve_int8
+        from .quantize import quantize
+
+        codes = resolve_int8(self.spec.backend, x.device).quantize_codes
+        if not self.stochastic:
+            return quantize(x, dim, "nearest", 0, codes)
+        return quantize(x, dim, "stochastic", self.next_seed(), codes)
+
+    def weight_codes(self, w):
+        """``(q (K, O) int8, s (1, 1))``: ``w``'s codes with one scale, made once per value
+        of ``w`` (an optimizer step changes its version) and rounding mode, shared by the
+        forward and the backward products."""
         key = (w.data_ptr(), w._version, tuple(w.shape), self.stochastic)
         hit = self._weights.get(id(w))
         if hit is None or hit[0] != key:
-            hit = (key, quantize(self, w.detach(), None))
+            hit = (key, self.quantize(w.detach(), None))
             self._weights[id(w)] = hit
         return hit[1]
 

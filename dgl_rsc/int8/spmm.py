@@ -21,7 +21,7 @@ from ..sparse.csr import CSR
 from ..sparse.products import csr_mm
 from ..sparse.scales import Scales
 from .choose import sparse_choice
-from .quantize import QMAX, quantize
+from .quantize import QMAX
 from .spec import Int8State
 
 __all__ = ["ACC_LIMIT", "int8_csr_mm", "check_accumulator", "quantized_product"]
@@ -43,17 +43,10 @@ def check_accumulator(A: CSR, has_values: bool) -> None:
         )
 
 
-def _q(state: Int8State, x: torch.Tensor, dim):
-    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
-    if not state.stochastic:
-        return quantize(x, dim, "nearest", 0, codes)
-    return quantize(x, dim, "stochastic", state.next_seed(), codes)
-
-
 def _quantize_scaled(state: Int8State, x: torch.Tensor, col: Optional[torch.Tensor]):
     """Codes and per-column scales of ``diag(col) x``: the kernel module's fused
     ``quantize_columns`` where it has one (one pass for the maxima, one for the codes, no
-    scaled copy: the CPU kernels), else the scaled copy quantized by :func:`_q`."""
+    scaled copy: the CPU kernels), else the scaled copy quantized by the state."""
     prepared = state.prepared
     if prepared is not None:
         state.prepared = None
@@ -64,7 +57,7 @@ def _quantize_scaled(state: Int8State, x: torch.Tensor, col: Optional[torch.Tens
     fused = getattr(kernels, "quantize_columns", None)
     col = None if col is None else col.detach().float()
     if fused is None:
-        return _q(state, x if col is None else x * col.reshape(-1, 1), 0)
+        return state.quantize(x if col is None else x * col.reshape(-1, 1), 0)
     rounding = "stochastic" if state.stochastic else "nearest"
     return fused(x, col, rounding, state.next_seed() if state.stochastic else 0)
 
@@ -89,7 +82,7 @@ def int8_csr_mm(
     col_scale = sX.reshape(d)
     qv = None
     if has_values:
-        qv, sv = _q(state, A.values.detach().float().reshape(-1, 1), None)
+        qv, sv = state.quantize(A.values.detach().float().reshape(-1, 1), None)
         qv, col_scale = qv.reshape(-1), col_scale * sv.reshape(())
     rf = None if row_factor is None else row_factor.detach().float().contiguous()
     kernels = resolve_int8(state.spec.backend, X.device)

@@ -82,13 +82,27 @@ def _counted_model(monkeypatch, dense, sparse="auto", layers=2):
     from dgl_rsc.models import build_model
     from dgl_rsc.nn import exact
 
-    calls = {"gemm": 0, "spmm": 0}  # real products' quantizations (probes quantize apart)
-    real_mm, real_sp = gemm._q, int8_spmm.int8_csr_mm
+    calls = {"gemm": 0, "spmm": 0}  # real products (the probes' own are not counted)
+    probing = []
+    real_mm, real_probe, real_sp = gemm.int_mm_any_k, gemm._probe_int8, int8_spmm.int8_csr_mm
 
     def count(key, fn):
-        return lambda *a, **k: calls.__setitem__(key, calls[key] + 1) or fn(*a, **k)
+        def run(*a, **k):
+            if not probing:
+                calls[key] += 1
+            return fn(*a, **k)
 
-    monkeypatch.setattr(gemm, "_q", count("gemm", real_mm))
+        return run
+
+    def probe(*a, **k):
+        probing.append(1)
+        try:
+            return real_probe(*a, **k)
+        finally:
+            probing.pop()
+
+    monkeypatch.setattr(gemm, "int_mm_any_k", count("gemm", real_mm))
+    monkeypatch.setattr(gemm, "_probe_int8", probe)
     monkeypatch.setattr(int8_spmm, "int8_csr_mm", count("spmm", real_sp))
     model = build_model("gcn", in_feats=6, num_classes=3, hidden=24, layers=layers, dropout=0.0)
     exact(model)
