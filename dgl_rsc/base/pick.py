@@ -144,7 +144,8 @@ class Registry:
             keep: Optional[str] = None, trials: Optional[int] = None) -> Any:  # fmt: skip
         """The result of the candidate kept for ``(kind, key)``. While measuring (``trials``
         rounds, default :attr:`trials_needed`), every candidate runs (in the mapping's
-        order) and ``keep``'s result is returned (default: the first candidate's): those
+        order, ``keep`` last) and ``keep``'s result is returned (default: the first
+        candidate's): those
         that claim to compute the same bits return the same result whichever is kept. A
         single candidate just runs."""
         if len(candidates) == 1:
@@ -157,8 +158,9 @@ class Registry:
             return candidates[entry.chosen]()
         keep = keep if keep is not None else next(iter(candidates))
         times, out = {}, None
-        for name, fn in candidates.items():
-            res, times[name] = self.timer(name, fn)
+        # the kept candidate last: the others' outputs are freed before it allocates its own
+        for name in [n for n in candidates if n != keep] + [keep]:
+            res, times[name] = self.timer(name, candidates[name])
             if name == keep:
                 out = res
             res = None  # freed before the next candidate runs (its pooled output is reused)

@@ -30,7 +30,7 @@ from ..base import _deps
 from ..base.pick import PICKS, TRIALS, fingerprint
 
 __all__ = ["PROBE", "int8_engines", "int_mm_engine", "dense_engine", "sparse_choice",
-           "sparse_kept"]  # fmt: skip
+           "sparse_kept", "sparse_measuring"]  # fmt: skip
 
 #: the largest rows and contraction of a probe of a dense product
 PROBE = 4096
@@ -97,6 +97,11 @@ def sparse_choice(A, X: torch.Tensor, mode: str, int8: Callable, fp32: Callable)
 def _sparse_key(A, width: int, device) -> tuple:
     return fingerprint(torch.device(device).type, A.shape[0], A.shape[1], A.nnz, width,
                        A.values is not None, exact=False)  # fmt: skip
+
+
+def sparse_measuring(A, width: int, mode: str, device) -> bool:
+    """Whether the INT8 and fp32 products ``A @ X`` are still being timed (``"auto"``)."""
+    return mode == "auto" and PICKS.chosen("int8_sparse", _sparse_key(A, width, device)) is None
 
 
 def sparse_kept(A, width: int, mode: str, device) -> bool:

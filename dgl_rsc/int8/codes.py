@@ -70,16 +70,18 @@ def operand_codes(state: Int8State, y: torch.Tensor, col: Optional[torch.Tensor]
 
 
 def epilogue_codes(x: torch.Tensor, other: Optional[torch.Tensor], bias: Optional[torch.Tensor],
-                   p: float, training: bool,
-                   ahead: Optional[tuple] = None) -> torch.Tensor:  # fmt: skip
-    """``y = dropout(relu(x + other + bias), p)`` (one bit saved per element); with ``ahead
-    = (state, col)`` (the next layer's INT8 state and its column scale ``(N,)`` or
-    ``None``) the codes of ``diag(col) y`` are written into ``state.prepared``."""
+                   p: float, training: bool, ahead: Optional[tuple] = None,
+                   inplace: bool = False) -> torch.Tensor:  # fmt: skip
+    """``y = dropout(relu(x + other + bias), p)`` (one bit saved per element; ``inplace``:
+    written over ``x``); with ``ahead = (state, col)`` (the next layer's INT8 state and its
+    column scale ``(N,)`` or ``None``) the codes of ``diag(col) y`` are written into
+    ``state.prepared``."""
     if ahead is None:
-        return bias_act_dropout_bits(x, other, bias, p, training)[0]
+        return bias_act_dropout_bits(x, other, bias, p, training, inplace=inplace)[0]
     state, col = ahead
     col = None if col is None else col.detach().float().contiguous()
-    y, amax = bias_act_dropout_bits(x, other, bias, p, training, col, measure=True)
+    y, amax = bias_act_dropout_bits(x, other, bias, p, training, col, measure=True,
+                                    inplace=inplace)  # fmt: skip
     state.training = training
     state.prepared = Prepared(y, col, operand_codes(state, y.detach(), col, amax))
     return y

@@ -212,6 +212,8 @@ class Int8Matmul(torch.autograd.Function):
 
 def int8_matmul(x: torch.Tensor, w: torch.Tensor, state: Int8State) -> torch.Tensor:
     """``x (..., K) @ w (K, O)`` in INT8 (leading dimensions of ``x`` are flattened)."""
+    if x.dim() == 2:  # the output itself, not a view of it (an in-place epilogue may follow)
+        return Int8Matmul.apply(x, w, state)
     lead = x.shape[:-1]
     out = Int8Matmul.apply(x.reshape(-1, x.shape[-1]), w, state)
     return out.reshape(*lead, w.shape[1])

@@ -17,10 +17,11 @@ from typing import Optional
 import torch
 
 from ..backends import resolve_int8
+from ..sparse.buffers import OutputPool
 from ..sparse.csr import CSR
 from ..sparse.products import csr_mm
 from ..sparse.scales import Scales
-from .choose import sparse_choice
+from .choose import sparse_choice, sparse_measuring
 from .quantize import QMAX
 from .spec import Int8State
 
@@ -99,7 +100,8 @@ def quantized_product(A: CSR, X: torch.Tensor, scales: Scales) -> torch.Tensor:
     def int8():
         return int8_csr_mm(A, X, scales.row_factor(), scales.col, state)
 
-    def fp32():
-        return csr_mm(A, X, scales._replace(quant=None))
+    def fp32():  # while timed against INT8, its output is not kept in A's buffer pool
+        trial = sparse_measuring(A, X.shape[1], state.spec.sparse, X.device)
+        return csr_mm(A, X, scales._replace(quant=None), pool=OutputPool() if trial else None)
 
     return sparse_choice(A, X, state.spec.sparse, int8, fp32)

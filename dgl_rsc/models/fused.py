@@ -82,7 +82,10 @@ def fused_forward(stack, graph, feat: torch.Tensor, edge_weight=None) -> torch.T
         if int8:
             ask = getattr(convs[i + 1], "int8_operand", None)
             ahead = ask(graph, x) if ask is not None and edge_weight is None else None
-            h = epilogue_codes(x, other, bias, p, stack.training, ahead)
+            # written over x, the layer's own intermediate (one (N, D) tensor less at once;
+            # not over a view, whose in-place backward would copy the whole base)
+            inplace = x.is_contiguous() and not x._is_view()
+            h = epilogue_codes(x, other, bias, p, stack.training, ahead, inplace=inplace)
         else:
             h = bias_act_dropout(x, other, bias, p=p, relu=True, training=stack.training)
         del x, other  # the epilogue's input is not kept while the next layer runs

@@ -48,7 +48,7 @@ def _unpack(bits: torch.Tensor, d: int) -> torch.Tensor:
     return ((bits[:, j >> 3].to(torch.int32) >> (j & 7)) & 1).bool()
 
 
-def _torch_forward(x, other, bias, seed, p, col, measure):
+def _torch_forward(x, other, bias, seed, p, col, measure, out=None):
     v = x if other is None else x + other
     if bias is not None:
         v = v + bias
@@ -61,7 +61,8 @@ def _torch_forward(x, other, bias, seed, p, col, measure):
     if measure:
         scaled = y if col is None else y * col.reshape(-1, 1)
         amax = scaled.abs().amax(0, keepdim=True)
-    return y, pack_bits(y > 0), amax
+    bits = pack_bits(y > 0)
+    return (y if out is None else out.copy_(y)), bits, amax
 
 
 def _torch_backward(dy, bits, p):
@@ -69,13 +70,13 @@ def _torch_backward(dy, bits, p):
     return torch.where(_unpack(bits, dy.shape[1]), dy * scale, torch.zeros((), dtype=dy.dtype))
 
 
-def _numba_forward(x, other, bias, seed, p, col, measure):
+def _numba_forward(x, other, bias, seed, p, col, measure, out=None):
     import numpy as np
 
     from ..backends.cpu_fused import forward_rows_bits
 
     n, d = x.shape
-    y = torch.empty_like(x)
+    y = torch.empty_like(x) if out is None else out  # the kernel reads x[i, j] before y[i, j]
     bits = torch.empty((n, (d + 7) // 8), dtype=torch.uint8)
     ranges = _row_ranges(n, d, torch.get_num_threads())
     parts = torch.zeros((len(ranges) if measure else 0, d), dtype=torch.float32)
@@ -111,33 +112,39 @@ def _numba_backward(dy, bits, p):
     return dx
 
 
-#: ``name -> (forward(x, other, bias, seed, p, col, measure) -> (y, bits, amax),
+#: ``name -> (forward(x, other, bias, seed, p, col, measure, out) -> (y, bits, amax),
 #: backward(dy, bits, p) -> dx)``
 ENGINES = {"numba": (_numba_forward, _numba_backward), "torch": (_torch_forward, _torch_backward)}
 
 
 class _BiasReluDropoutBits(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, other, bias, p, engine, col, measure):
-        seed = _draw_seed() if p > 0 else (0, 0)
-        fwd, _ = ENGINES[engine]
-        x = x.detach().contiguous()
-        other = None if other is None else other.detach().contiguous()
-        y, bits, amax = fwd(x, other, bias, seed, p, col, measure)
-        ctx.save_for_backward(bits)
-        ctx.conf = (p, engine, other is not None, bias is not None)
-        if amax is None:
-            amax = x.new_empty(0)
-        ctx.mark_non_differentiable(amax)
-        return y, amax
+    """One output (``y``; autograd refuses more beside an input modified in place that is a
+    view): the column maxima are handed back through ``sink``, a list."""
 
     @staticmethod
-    def backward(ctx, dy, _damax):
+    def forward(ctx, x, other, bias, p, engine, col, sink, inplace):
+        seed = _draw_seed() if p > 0 else (0, 0)
+        fwd, _ = ENGINES[engine]
+        src = x.detach().contiguous()
+        other = None if other is None else other.detach().contiguous()
+        out = src if inplace and src.data_ptr() == x.data_ptr() else None
+        y, bits, amax = fwd(src, other, bias, seed, p, col, sink is not None, out)
+        if sink is not None:
+            sink.append(amax)
+        ctx.save_for_backward(bits)
+        ctx.conf = (p, engine, other is not None, bias is not None)
+        if out is not None:  # y written over x: one (N, D) tensor less alive at once
+            ctx.mark_dirty(x)
+            return x
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
         (bits,) = ctx.saved_tensors
         p, engine, has_other, has_bias = ctx.conf
         dx = ENGINES[engine][1](dy.contiguous(), bits, p)
         db = dx.sum(0) if has_bias and ctx.needs_input_grad[2] else None
-        return dx, (dx if has_other else None), db, None, None, None, None
+        return dx, (dx if has_other else None), db, None, None, None, None, None
 
 
 def bias_act_dropout_bits(
@@ -149,11 +156,14 @@ def bias_act_dropout_bits(
     col: Optional[torch.Tensor] = None,
     measure: bool = False,
     engine: Optional[str] = None,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``(y (N, D), amax (1, D) or None)``: ``y = dropout(relu(x + other + bias), p)`` as
     :func:`~dgl_rsc.sparse.epilogue.bias_act_dropout` computes it, one bit per element saved;
     with ``measure``, ``amax = max_i |col[i] * y[i, :]|`` (``col (N,)`` float32 or ``None``).
-    Arguments as there; ``engine``: a key of :data:`ENGINES` (``None``: by ``engine_for``)."""
+    Arguments as there; ``engine``: a key of :data:`ENGINES` (``None``: by ``engine_for``);
+    ``inplace``: write ``y`` over a contiguous ``x`` (an intermediate nothing else reads;
+    autograd refuses it where a node saved ``x``)."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must be in [0, 1), got {p!r}.")
     if x.dim() != 2 or (other is not None and other.shape != x.shape):
@@ -164,6 +174,7 @@ def bias_act_dropout_bits(
     if engine not in ENGINES:
         raise ValueError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}.")
     col = None if col is None else col.detach().float()
-    y, amax = _BiasReluDropoutBits.apply(x, other, bias, float(p) if training else 0.0, engine,
-                                         col, bool(measure))  # fmt: skip
-    return y, (amax if measure else None)
+    sink = [] if measure else None
+    y = _BiasReluDropoutBits.apply(x, other, bias, float(p) if training else 0.0, engine, col,
+                                   sink, bool(inplace))  # fmt: skip
+    return y, (sink[0] if measure else None)
