@@ -22,7 +22,7 @@ from ..quant.rounding import QMAX, bf16_scale_up
 from ..sparse.cpu_spmm import run_chunked
 
 __all__ = ["INT16_SPAN", "int8_spmm", "int8_spmm_acc", "quantize_codes", "quantize_columns",
-           "column_amax", "scaled_codes"]  # fmt: skip
+           "column_amax", "scaled_codes", "row_amax", "dequantize_rows"]  # fmt: skip
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
@@ -250,3 +250,45 @@ def quantize_columns(x, col, rounding: str, seed: int):
     col = None if col is None else col.contiguous()
     s = bf16_scale_up(column_amax(x, col), float(QMAX))
     return scaled_codes(x, col, s, rounding, seed), s
+
+
+@njit(boundscheck=False, nogil=True, cache=True, parallel=True)
+def _row_amax(x, out):
+    """``out[i] = max_j |x[i, j]|``, NaN where the row holds one (a select and a flag per
+    element: both vectorize)."""
+    rows, cols = x.shape
+    for i in prange(rows):
+        m = np.float32(0.0)
+        nan = False
+        for j in range(cols):
+            a = abs(x[i, j])
+            m = a if a > m else m
+            nan |= a != a
+        out[i] = np.float32(np.nan) if nan else m
+
+
+def row_amax(x) -> torch.Tensor:
+    """``(R, 1)`` fp32: ``x.abs().amax(1, keepdim=True)`` (the same values, NaN included) in
+    one pass without the ``|x|`` copy."""
+    out = torch.empty((x.shape[0], 1), dtype=torch.float32)
+    if x.shape[0] and x.shape[1]:
+        _row_amax(x.contiguous().numpy(), out.numpy().reshape(-1))
+    elif x.shape[0]:
+        out.zero_()
+    return out
+
+
+@njit(boundscheck=False, nogil=True, cache=True, parallel=True)
+def _dequantize_rows(q, s, r0, out):
+    for i in prange(out.shape[0]):
+        f = s[r0 + i, 0]
+        for j in range(q.shape[1]):
+            out[i, j] = np.float32(q[r0 + i, j]) * f
+
+
+def dequantize_rows(q, s, r0: int, out) -> torch.Tensor:
+    """``out (r, C) = q[r0 : r0 + r] * s[r0 : r0 + r]`` in fp32 (``q (R, C)`` int8, ``s (R,
+    1)``), one pass: the same values as ``q.float() * s``."""
+    if out.numel():
+        _dequantize_rows(q.numpy(), s.numpy(), int(r0), out.numpy())
+    return out

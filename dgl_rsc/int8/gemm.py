@@ -166,7 +166,7 @@ def _times_weight(a: torch.Tensor, w: torch.Tensor, transposed: bool, state: Int
     qa, sa = state.quantize(a, 1)
     qb = qw.t().contiguous() if transposed else qw
     out = int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sw).to(a.dtype)
-    return out, (SavedRows.of_codes(qa, sa, a.dtype) if keep_rows else None)
+    return out, (SavedRows.of_codes(qa, sa, a.dtype, state) if keep_rows else None)
 
 
 class Int8Matmul(torch.autograd.Function):

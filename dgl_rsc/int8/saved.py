@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..backends import resolve_int8
 from .spec import Int8State
 
 __all__ = ["SavedRows", "saved_matmul", "CHUNK_ROWS"]
@@ -34,19 +35,21 @@ CHUNK_ROWS = 16384
 class SavedRows:
     """``x (N, K)`` as int8 codes ``q`` and per-row scales ``s (N, 1)``."""
 
-    __slots__ = ("q", "s", "dtype")
+    __slots__ = ("q", "s", "dtype", "kernels")
 
     def __init__(self, x: Optional[torch.Tensor], state: Optional[Int8State]):
         if x is None:  # filled by of_codes
             return
         self.q, self.s = state.quantize(x.detach(), 1)
         self.dtype = x.dtype
+        self.kernels = resolve_int8(state.spec.backend, x.device)
 
     @classmethod
-    def of_codes(cls, q: torch.Tensor, s: torch.Tensor, dtype) -> SavedRows:
+    def of_codes(cls, q: torch.Tensor, s: torch.Tensor, dtype, state: Int8State) -> SavedRows:
         """Rows already quantized per row (an INT8 product's own codes of ``x``)."""
         rows = cls(None, None)
         rows.q, rows.s, rows.dtype = q, s, dtype
+        rows.kernels = resolve_int8(state.spec.backend, q.device)
         return rows
 
     def nbytes(self) -> int:
@@ -64,9 +67,16 @@ class SavedRows:
         :mod:`dgl_rsc.backends.narrow_mm` orders a classifier's weight gradient)."""
         dy = dy.float()
         acc = None
+        dequantize = getattr(self.kernels, "dequantize_rows", None)
+        buf = None
         for r in range(0, self.q.shape[0], chunk):
-            xc = self.q[r : r + chunk].float().mul_(self.s[r : r + chunk])
-            part = torch.mm(dy[r : r + chunk].t(), xc)
+            n = min(chunk, self.q.shape[0] - r)
+            if dequantize is not None and self.q.device.type == "cpu":
+                buf = torch.empty((n, self.q.shape[1])) if buf is None else buf[:n]
+                xc = dequantize(self.q, self.s, r, buf)  # one pass into one reused buffer
+            else:
+                xc = self.q[r : r + n].float().mul_(self.s[r : r + n])
+            part = torch.mm(dy[r : r + n].t(), xc)
             acc = part if acc is None else acc.add_(part)
         if acc is None:
             return dy.new_zeros((self.q.shape[1], dy.shape[1]))

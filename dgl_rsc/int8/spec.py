@@ -108,10 +108,11 @@ class Int8State:
         from ..backends import resolve_int8
         from .quantize import quantize
 
-        codes = resolve_int8(self.spec.backend, x.device).quantize_codes
+        kernels = resolve_int8(self.spec.backend, x.device)
+        codes, rows = kernels.quantize_codes, getattr(kernels, "row_amax", None)
         if not self.stochastic:
-            return quantize(x, dim, "nearest", 0, codes)
-        return quantize(x, dim, "stochastic", self.next_seed(), codes)
+            return quantize(x, dim, "nearest", 0, codes, rows)
+        return quantize(x, dim, "stochastic", self.next_seed(), codes, rows)
 
     def weight_codes(self, w):
         """``(q (K, O) int8, s (1, 1))``: ``w``'s codes with one scale, made once per value

@@ -80,20 +80,24 @@ def _numba_forward(x, other, bias, seed, p, col, measure, out=None):
     bits = torch.empty((n, (d + 7) // 8), dtype=torch.uint8)
     ranges = _row_ranges(n, d, torch.get_num_threads())
     parts = torch.zeros((len(ranges) if measure else 0, d), dtype=torch.float32)
+    nans = torch.zeros(parts.shape, dtype=torch.bool)
     on = other.numpy() if other is not None else np.zeros((n, 0), np.float32)
     bn = bias.detach().contiguous().numpy() if bias is not None else np.zeros(d, np.float32)
     cn = col.contiguous().numpy() if col is not None else np.ones(1, np.float32)
     thr, scale = (_threshold(p), np.float32(1.0 / (1.0 - p))) if p > 0 else (0, np.float32(1))
     lo, hi = np.uint32(seed[0]), np.uint32(seed[1])
-    xn, yn, bn_, pn = x.numpy(), y.numpy(), bits.numpy(), parts.numpy()
-    empty = np.zeros(0, np.float32)
+    xn, yn, bn_, pn, nn = x.numpy(), y.numpy(), bits.numpy(), parts.numpy(), nans.numpy()
+    empty, no_nan = np.zeros(0, np.float32), np.zeros(0, np.bool_)
 
     def work(a, b, k):
         forward_rows_bits(xn, on, bn, yn, a, b, lo, hi, thr, scale, bn_, cn, col is not None,
-                          pn[k] if measure else empty)  # fmt: skip
+                          pn[k] if measure else empty, nn[k] if measure else no_nan)  # fmt: skip
 
     _run(ranges, work)
-    return y, bits, (parts.amax(0, keepdim=True) if measure else None)
+    if not measure:
+        return y, bits, None
+    amax = parts.amax(0, keepdim=True)  # the non-NaN maxima; NaN where a column had one
+    return y, bits, amax.masked_fill_(nans.any(0, keepdim=True), float("nan"))
 
 
 def _numba_backward(dy, bits, p):

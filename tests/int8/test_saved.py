@@ -101,3 +101,28 @@ def test_an_int8_model_keeps_its_saved_activations_in_int8(monkeypatch):
             assert made == []
     for a, b in zip(grads["int8"], grads["fp32"]):
         assert rel(a, b) < 0.02
+
+
+def test_the_cpu_kernels_give_the_reference_values():
+    """Row maxima (NaN kept) and the one-pass dequantize equal torch's ops; quantizing with
+    the kernel's maxima gives the same codes and scales."""
+    pytest.importorskip("numba")
+    from dgl_rsc.backends import int8_cpu
+    from dgl_rsc.int8.quantize import quantize
+
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(700, 33, generator=gen)
+    x[3, 4], x[9, 0] = float("nan"), float("-inf")
+    want = x.abs().amax(1, keepdim=True)
+    got = int8_cpu.row_amax(x)
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(
+        got.nan_to_num(), want.nan_to_num()
+    )
+    y = torch.randn(700, 33, generator=gen)
+    q0, s0 = quantize(y, 1, "stochastic", 3, int8_cpu.quantize_codes)
+    q1, s1 = quantize(y, 1, "stochastic", 3, int8_cpu.quantize_codes, int8_cpu.row_amax)
+    assert torch.equal(q0, q1) and torch.equal(s0, s1)
+    out = torch.empty(100, 33)
+    assert torch.equal(
+        int8_cpu.dequantize_rows(q0, s0, 250, out), q0[250:350].float() * s0[250:350]
+    )
