@@ -15,14 +15,14 @@ from .core.controller import RSCController
 from .core.spmm import spmm, spmm_csr, spmm_matrix
 from .dgl import kernels as _dgl_kernels
 from .dgl.patch import is_patched, patch
-from .int8.spmm import int8_csr_mm as _int8_csr_mm
+from .int8.spmm import quantized_product as _quantized_product
 from .sparse import products as _products
 from .sparse.csr import CSR
 from .sparse.graph import Graph
 
 # the engines the sparse layer runs without importing the layers above it
 _products.register("exact_cpu", _dgl_kernels)
-_products.register("quantized", _int8_csr_mm)
+_products.register("quantized", _quantized_product)
 
 __all__ = [
     "CSR",

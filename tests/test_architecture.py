@@ -181,12 +181,12 @@ def test_the_sparse_layer_runs_the_engines_the_package_plugs_in():
     """``sparse.products`` imports no front end and no INT8 module, yet runs both engines."""
     import dgl_rsc
     from dgl_rsc.dgl import kernels
-    from dgl_rsc.int8.spmm import int8_csr_mm
+    from dgl_rsc.int8.spmm import quantized_product
     from dgl_rsc.sparse import products
 
     source = (PACKAGE / "sparse" / "products.py").read_text()
     assert "..dgl" not in source and "..int8" not in source
-    assert products.ENGINES == {"exact_cpu": kernels, "quantized": int8_csr_mm}
+    assert products.ENGINES == {"exact_cpu": kernels, "quantized": quantized_product}
     assert dgl_rsc.sparse.products is products
     with pytest.raises(ValueError, match="unknown engine kind 'fast'"):
         products.register("fast", None)

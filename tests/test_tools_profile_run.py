@@ -42,3 +42,19 @@ def test_profile_run_refuses_no_process_or_no_profiled_epoch(tmp_path, opt):
     cfg = write_config(tmp_path)
     with pytest.raises(AssertionError, match="at least 1 process per method and 1 profiled"):
         _tool("profile_run.py", cfg, opt, "0", "--out", str(tmp_path / "p.json"))
+
+
+def test_profile_run_books_int8_work_in_its_own_categories(tmp_path):
+    # three layers: the middle one's products run in INT8 (the first aggregates its constant
+    # input once, in fp32; the last stays fp32)
+    cfg = write_config(
+        tmp_path,
+        train={"epochs": 30, "eval_every": 5},
+        model={"name": "gcn", "hidden": 16, "layers": 3},
+    )
+    out = tmp_path / "profile.json"
+    _tool("profile_run.py", cfg, "--epochs", "6", "--methods", "exact", "int8", "--out", str(out))
+    methods = json.loads(out.read_text())["methods"]
+    exact, int8 = methods["exact"]["split_ms"], methods["int8"]["split_ms"]
+    assert int8["int8_products"] > 0 and int8["int8_quantize"] + int8["int8_scales"] > 0
+    assert all(exact[k] == 0 for k in exact if k.startswith("int8_"))  # fp32: none of them

@@ -94,6 +94,11 @@ def machine(device) -> dict:
     }
     if torch.device(device).type == "cuda":
         info["gpu"] = torch.cuda.get_device_name()
+    from dgl_rsc.base import _deps
+
+    dots = getattr(_deps, "int8_dot_instructions", None)  # VNNI/AMX: INT8 GEMMs can pay
+    if dots is not None:
+        info["int8_dot_instructions"] = list(dots())
     alloc = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "LD_PRELOAD"}
     if alloc:
         info["allocator_env"] = alloc

@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -46,6 +47,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_common import machine, write_json
 from bench_cpu_e2e import categorize
+from profile_int8 import INT8_SPLIT, category, label
 
 import dgl_rsc.core.ops as core_ops
 import dgl_rsc.core.spmm as core_spmm
@@ -58,7 +60,9 @@ from dgl_rsc.launcher.yaml_io import load_config
 from dgl_rsc.sparse.products import NO_SCALES
 
 SPLIT = ("sparse_forward", "sparse_backward_sampled", "sparse_backward_exact", "rsc_own",
-         "dense", "elementwise", "optimizer", "other")  # fmt: skip
+         "dense", "elementwise", "optimizer", "other", *INT8_SPLIT)  # fmt: skip
+#: methods beyond the launcher's: ``name -> (launcher method, train.precision)``
+VARIANTS = {"int8": ("exact", "int8"), "int8-rsc": ("rsc", "int8")}
 #: ranges whose whole subtree is one category (the nearest enclosing range wins)
 RANGES = {
     "RSCSpMM": "sparse_forward", "GSpMM": "sparse_forward",
@@ -107,7 +111,9 @@ def split(prof) -> dict:
     for ev in prof.events():
         name, cat, node = ev.name, None, ev
         while node is not None and cat is None:
-            cat = "optimizer" if node.name.startswith("Optimizer.") else RANGES.get(node.name)
+            cat = category(node.name, name)  # an INT8 range (tools/profile_int8.py)
+            if cat is None:
+                cat = "optimizer" if node.name.startswith("Optimizer.") else RANGES.get(node.name)
             node = node.cpu_parent
         if cat is not None and cat.startswith("sparse_backward") and name in SELECTION:
             cat = "rsc_own"
@@ -130,8 +136,14 @@ def window(epochs: int, profiled: int) -> tuple[int, int]:
 
 
 def child(cfg, method: str, profiled: tuple[int, int]) -> dict:
-    """One method in this process: its timed epochs, the profiled epochs' mean split, faults."""
+    """One method in this process: its timed epochs, the profiled epochs' mean split, faults
+    (``method``: the launcher's, or one of :data:`VARIANTS`)."""
     _label_products()
+    label()
+    if method in VARIANTS:
+        method, precision = VARIANTS[method]
+        train = dataclasses.replace(cfg.train, precision=precision)
+        cfg = dataclasses.replace(cfg, train=train)
     prep = prepare(cfg)
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
     seen = {}
@@ -213,7 +225,8 @@ def main():
     p.add_argument("--epochs", type=int, default=20, help="epochs per run (shorter than the "
                    "config's: this measures time, not accuracy)")  # fmt: skip
     p.add_argument("--methods", nargs="+", default=None,
-                   help="of stock, exact, rsc (default: those the config compares)")  # fmt: skip
+                   help="of stock, exact, rsc, int8 (exact in INT8), int8-rsc (default: "
+                   "those the config compares)")  # fmt: skip
     p.add_argument("--profiled", type=int, default=3, help="epochs profiled; the split is "
                    "their mean (fewer where the run is too short)")  # fmt: skip
     p.add_argument("--repeat", type=int, default=1, help="processes per method, the methods "

@@ -21,7 +21,8 @@ from numba import njit, prange
 from ..quant.rounding import QMAX, bf16_scale_up
 from ..sparse.cpu_spmm import run_chunked
 
-__all__ = ["INT16_SPAN", "int8_spmm", "int8_spmm_acc", "quantize_codes", "quantize_columns"]
+__all__ = ["INT16_SPAN", "int8_spmm", "int8_spmm_acc", "quantize_codes", "quantize_columns",
+           "column_amax", "scaled_codes", "row_amax", "dequantize_rows"]  # fmt: skip
 
 _OPTS = dict(boundscheck=False, nogil=True, cache=True)
 
@@ -213,12 +214,9 @@ def _scaled_codes(x, col, has_col, s, stochastic, seed, q):
             q[i, j] = _code(v, i * cols + j, stochastic, seed)
 
 
-def quantize_columns(x, col, rounding: str, seed: int):
-    """``(q, s)``: the codes and per-column scales of ``diag(col) x`` (``x (R, C)`` fp32,
-    ``col (R,)`` or ``None``), bit-identical to :func:`dgl_rsc.int8.quantize.quantize` of
-    ``x * col[:, None]`` with ``dim=0``, without materializing the scaled copy: one pass for
-    the column maxima, one for the codes."""
-    x = x.contiguous()
+def column_amax(x, col) -> torch.Tensor:
+    """``(1, C)`` fp32: ``max_i |x[i, j] * col[i]|`` (``col (R,)`` or ``None``; NaN where a
+    term is NaN), in one parallel pass without the scaled copy."""
     rows, cols = x.shape
     has_col = col is not None
     c = col.contiguous().numpy() if has_col else np.ones(1, np.float32)
@@ -226,12 +224,71 @@ def quantize_columns(x, col, rounding: str, seed: int):
     amax = np.zeros((parts, cols), np.float32)
     if rows:
         _column_amax(x.numpy(), c, has_col, parts, amax)
-    part_max = torch.from_numpy(amax)
-    span = part_max.amax(0, keepdim=True)  # NaN propagates, as in the reference's amax
-    s = bf16_scale_up(span, float(QMAX))
+    return torch.from_numpy(amax).amax(0, keepdim=True)  # NaN propagates, as torch's amax
+
+
+def scaled_codes(x, col, s, rounding: str, seed: int) -> torch.Tensor:
+    """``(R, C)`` int8: the codes of ``diag(col) x`` for the per-column scales ``s (1, C)``,
+    computed from ``x`` (no scaled copy), as :func:`quantize_codes` of ``x * col[:, None]``."""
+    rows, cols = x.shape
+    has_col = col is not None
+    c = col.contiguous().numpy() if has_col else np.ones(1, np.float32)
     q = torch.empty((rows, cols), dtype=torch.int8)
     if x.numel():
         seed64 = np.uint64(int(seed) & 0xFFFFFFFF)
-        _scaled_codes(x.numpy(), c, has_col, s.reshape(-1).numpy(), rounding == "stochastic",
-                      seed64, q.numpy())  # fmt: skip
-    return q, s
+        _scaled_codes(x.numpy(), c, has_col, s.reshape(-1).contiguous().numpy(),
+                      rounding == "stochastic", seed64, q.numpy())  # fmt: skip
+    return q
+
+
+def quantize_columns(x, col, rounding: str, seed: int):
+    """``(q, s)``: the codes and per-column scales of ``diag(col) x`` (``x (R, C)`` fp32,
+    ``col (R,)`` or ``None``), bit-identical to :func:`dgl_rsc.int8.quantize.quantize` of
+    ``x * col[:, None]`` with ``dim=0``, without materializing the scaled copy: one pass for
+    the column maxima (:func:`column_amax`), one for the codes (:func:`scaled_codes`)."""
+    x = x.contiguous()
+    col = None if col is None else col.contiguous()
+    s = bf16_scale_up(column_amax(x, col), float(QMAX))
+    return scaled_codes(x, col, s, rounding, seed), s
+
+
+@njit(boundscheck=False, nogil=True, cache=True, parallel=True)
+def _row_amax(x, out):
+    """``out[i] = max_j |x[i, j]|``, NaN where the row holds one (a select and a flag per
+    element: both vectorize)."""
+    rows, cols = x.shape
+    for i in prange(rows):
+        m = np.float32(0.0)
+        nan = False
+        for j in range(cols):
+            a = abs(x[i, j])
+            m = a if a > m else m
+            nan |= a != a
+        out[i] = np.float32(np.nan) if nan else m
+
+
+def row_amax(x) -> torch.Tensor:
+    """``(R, 1)`` fp32: ``x.abs().amax(1, keepdim=True)`` (the same values, NaN included) in
+    one pass without the ``|x|`` copy."""
+    out = torch.empty((x.shape[0], 1), dtype=torch.float32)
+    if x.shape[0] and x.shape[1]:
+        _row_amax(x.contiguous().numpy(), out.numpy().reshape(-1))
+    elif x.shape[0]:
+        out.zero_()
+    return out
+
+
+@njit(boundscheck=False, nogil=True, cache=True, parallel=True)
+def _dequantize_rows(q, s, r0, out):
+    for i in prange(out.shape[0]):
+        f = s[r0 + i, 0]
+        for j in range(q.shape[1]):
+            out[i, j] = np.float32(q[r0 + i, j]) * f
+
+
+def dequantize_rows(q, s, r0: int, out) -> torch.Tensor:
+    """``out (r, C) = q[r0 : r0 + r] * s[r0 : r0 + r]`` in fp32 (``q (R, C)`` int8, ``s (R,
+    1)``), one pass: the same values as ``q.float() * s``."""
+    if out.numel():
+        _dequantize_rows(q.numpy(), s.numpy(), int(r0), out.numpy())
+    return out

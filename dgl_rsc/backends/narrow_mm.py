@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["NARROW", "narrow_mm", "takes"]
+__all__ = ["NARROW", "narrow_mm", "padded_mm", "takes"]
 
 #: output widths below this run on the padded weight
 NARROW = 16
@@ -31,13 +31,18 @@ def takes(x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
+def padded_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w`` on ``w`` padded to :data:`NARROW` columns (no autograd)."""
+    padded = w.new_zeros(w.shape[0], NARROW)
+    padded[:, : w.shape[1]] = w
+    return torch.mm(x, padded)[:, : w.shape[1]].contiguous()
+
+
 class _NarrowMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w):
         ctx.save_for_backward(x, w)
-        padded = w.new_zeros(w.shape[0], NARROW)
-        padded[:, : w.shape[1]] = w
-        return torch.mm(x, padded)[:, : w.shape[1]].contiguous()
+        return padded_mm(x, w)
 
     @staticmethod
     def backward(ctx, dy):

@@ -19,7 +19,7 @@ __all__ = [
     "numba_available",
     "numba_cuda_available",
     "int_mm_on_cpu",
-    "int_mm_fast_on_cpu",
+    "int8_dot_instructions",
     "require_dgl",
     "require_cupy",
     "require_numba",
@@ -142,16 +142,13 @@ def _cpu_flags() -> frozenset:
     return frozenset()
 
 
-@functools.cache
-def int_mm_fast_on_cpu() -> bool:
-    """``True`` when ``torch._int_mm`` runs on CPU tensors *and* the CPU has int8 dot-product
-    instructions (AVX512-VNNI, AVX-VNNI or AMX). Without them torch's CPU kernel is a slow
-    path: on a 2-core AMD EPYC with AVX2 only (torch 2.15, 2026-11-28, one thread)
-    ``(30000, 128) @ (128, 64)`` took 755 ms in int8 against 12.7 ms in fp32, where an
-    AVX512-VNNI Xeon ran int8 1.9-6x faster than fp32."""
-    if not int_mm_on_cpu():
-        return False
-    return bool(_cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"})
+def int8_dot_instructions() -> tuple:
+    """The CPU's int8 dot-product instruction sets named in ``/proc/cpuinfo``
+    (``avx512_vnni``, ``avx_vnni``, ``amx_int8``): recorded beside measurements, never used to
+    decide (which INT8 products pay is measured, :mod:`dgl_rsc.int8.choose`). On a 2-core AMD
+    EPYC with AVX2 only (torch 2.15) ``torch._int_mm`` was 19x slower than an fp32 GEMM, where
+    an AVX512-VNNI Xeon ran it 1.6x faster."""
+    return tuple(sorted(_cpu_flags() & {"avx512_vnni", "avx_vnni", "amx_int8"}))
 
 
 def _require(name: str, ok: bool, hint: str) -> ModuleType:

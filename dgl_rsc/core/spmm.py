@@ -13,6 +13,7 @@ import torch
 
 from ..sparse.csr import CSR, check_shape
 from ..sparse.products import Scales, csr_mm, sddmm
+from ..sparse.structure_cache import TensorStructures
 from .backward import BackwardSampler, SamplerSource, feature_grad
 from .fixed import Sampler
 from .ops import SlotRef, compiled_spmm, compiling
@@ -21,6 +22,9 @@ from .ops_memo import memo_spmm
 __all__ = ["RSCSpMM", "spmm_csr", "spmm", "check_dense", "Sampler"]
 
 RSCArg = Union[None, float, SamplerSource, BackwardSampler]
+
+#: structures of raw CSR tensors given to :func:`spmm_csr` without a controller
+_RAW = TensorStructures()
 
 
 class RSCSpMM(torch.autograd.Function):
@@ -165,12 +169,15 @@ def spmm_csr(
     def build():
         return CSR(indptr, indices, None, shape)
 
+    # reuse the structure (checked once; its transpose, the engine's choice) while the same
+    # index tensors come in: a controller's cache, else one that lives as long as they do
     if isinstance(rsc, SamplerSource):
-        # reuse the structure (and its cached transpose) while the same index tensors come in
         base = rsc.structures.get(indptr, build)
         if base.indices is not indices or base.shape != shape:
             rsc.structures.drop(indptr)
             base = rsc.structures.get(indptr, build)
+    elif isinstance(indptr, torch.Tensor) and isinstance(indices, torch.Tensor):
+        base = _RAW.get(indptr, indices, shape, lambda p, i: CSR(p, i, None, shape))
     else:
         base = build()
     return spmm_matrix(

@@ -1,29 +1,29 @@
 """INT8 dense products: int8 operands, int32 accumulation, one fused dequantize.
 
 ``int_mm(qa, qb)`` is the integer part, ``(M, K) int8 @ (K, N) int8 -> (M, N) int32``, by
-engine (:data:`INT_MM`):
+engine (:data:`INT_MM`), all giving the same integers:
 
-* ``"int_mm"``: ``torch._int_mm`` (CUDA, and CPUs with int8 dot-product instructions where
-  this torch has a CPU kernel: not 2.2; operands padded to its shape rules with zeros);
-* ``"float32"``: the CPU engine elsewhere -- no CPU ``_int_mm`` (torch 2.2), or a CPU
-  without VNNI/AMX, where ``_int_mm`` is 30-60x slower than fp32
-  (:func:`dgl_rsc.base._deps.int_mm_fast_on_cpu`): the codes as float32 through BLAS, over
-  slices of at most :data:`F32_EXACT_K` of the contraction. Every partial sum of a slice is
-  an integer of magnitude ``<= 1040 * 127^2 < 2^24``, so each addition is exact whatever
-  order BLAS adds in; the slices' integers are summed in int32, and the result equals the
-  int32 accumulation bit for bit, at fp32 GEMM speed (twice float64's). Used only while
-  torch computes fp32 products in fp32 (``torch.get_float32_matmul_precision() ==
-  "highest"``): a user who lets them run in bf16 or TF32 gets ``"float64"``;
+* ``"int_mm"``: ``torch._int_mm`` (CUDA, and the CPU where this torch has a kernel: not 2.2;
+  operands padded to its shape rules with zeros). Fast where the CPU has int8 dot products
+  (VNNI, AMX), 19x slower than an fp32 GEMM on an AVX2 EPYC (torch 2.15);
+* ``"float32"``: the codes as float32 through BLAS, over slices of at most
+  :data:`F32_EXACT_K` of the contraction. Every partial sum of a slice is an integer of
+  magnitude ``<= 1040 * 127^2 < 2^24``, so each addition is exact whatever order BLAS adds
+  in; the slices' integers are summed in int32, and the result equals the int32
+  accumulation bit for bit, at fp32 GEMM speed. Used only while torch computes fp32
+  products in fp32 (``torch.get_float32_matmul_precision() == "highest"``);
 * ``"float64"``: the same with float64 (partial sums ``< 2^53``: no slicing);
 * ``"int64"``: ``torch.matmul`` on int64 codes, the slow reference.
 
-Every engine refuses ``K > MAX_K`` (an int32 sum of ``K`` products ``127 * 127`` could then
-overflow) with an error naming the limit.
+Which engine runs, and whether a weight product runs in INT8 at all, is measured per shape
+(:mod:`.choose`), never read from CPU flags. Every engine refuses ``K > MAX_K`` (an int32 sum
+of ``K`` products ``127 * 127`` could then overflow) with an error naming the limit.
 
 :class:`Int8Matmul` is the autograd function of ``x @ w``: forward ``x`` per row and ``w`` per
-column; backward ``dx = g @ w^T`` (``g`` per row, ``w^T`` per column) and ``dw = x^T @ g``
-(``x^T`` per row, ``g`` per column): every product quantizes its operands along the shared
-axis, so each scale factors out of the integer sum.
+tensor; backward ``dx = g @ w^T`` (``g`` per row, the same codes of ``w`` transposed: a
+weight is quantized once per optimizer step, :meth:`Int8State.weight_codes`) and ``dw = x^T @
+g`` (``x^T`` per row, ``g`` per column): every scale factors out of the integer sum. Each of
+the three products runs in fp32 where that measured faster (``Int8Spec.dense="auto"``).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Optional
 
 import torch
 
-from ..backends import resolve_int8
-from ..base import _deps
+from .choose import PROBE, dense_engine, int_mm_engine
 from .quantize import QMAX, quantize
+from .saved import SavedRows
 from .spec import Int8State
 
 __all__ = ["MAX_K", "F32_EXACT_K", "INT_MM", "int_mm", "int8_mm", "int8_matmul", "Int8Matmul"]
@@ -95,9 +95,8 @@ INT_MM = {"int_mm": _torch_int_mm, "float32": _float32, "float64": _float64, "in
 
 def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> torch.Tensor:
     """``(M, N)`` int32 ``qa (M, K) @ qb (K, N)`` (both int8). ``engine``: a key of
-    :data:`INT_MM`; ``None`` picks ``"int_mm"`` on CUDA and on CPUs where torch's kernel is
-    fast, ``"float32"`` elsewhere (``"float64"`` where fp32 products are allowed to round
-    below fp32); all give the same integers."""
+    :data:`INT_MM`; ``None`` takes the fastest measured for this shape on this machine
+    (:func:`dgl_rsc.int8.choose.int_mm_engine`); all give the same integers."""
     if qa.dtype != torch.int8 or qb.dtype != torch.int8:
         raise TypeError(f"int_mm takes int8 operands, got {qa.dtype} and {qb.dtype}.")
     if qa.dim() != 2 or qb.dim() != 2 or qa.shape[1] != qb.shape[0]:
@@ -108,23 +107,13 @@ def int_mm(qa: torch.Tensor, qb: torch.Tensor, engine: Optional[str] = None) -> 
             f"int_mm: contraction length {k} exceeds MAX_K={MAX_K}, beyond which an int32 "
             "sum of int8 products can overflow; split the product or keep it in fp32."
         )
-    if engine is None:
-        if qa.device.type == "cuda" or _deps.int_mm_fast_on_cpu():
-            engine = "int_mm"
-        else:
-            engine = "float32" if _fp32_is_exact() else "float64"
-    if engine not in INT_MM:
+    if engine is not None and engine not in INT_MM:
         raise ValueError(f"engine={engine!r} is not one of {', '.join(INT_MM)}.")
     if qa.shape[0] == 0 or qb.shape[1] == 0 or k == 0:
         return torch.zeros((qa.shape[0], qb.shape[1]), dtype=torch.int32, device=qa.device)
+    if engine is None:
+        engine = int_mm_engine(qa, qb, lambda a, b, e: INT_MM[e](a, b))
     return INT_MM[engine](qa, qb)
-
-
-def _q(state: Int8State, x: torch.Tensor, dim: int):
-    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
-    if not state.stochastic:
-        return quantize(x, dim, "nearest", 0, codes)
-    return quantize(x, dim, "stochastic", state.next_seed(), codes)
 
 
 def int_mm_any_k(qa: torch.Tensor, qb: torch.Tensor,
@@ -141,41 +130,90 @@ def int_mm_any_k(qa: torch.Tensor, qb: torch.Tensor,
     return _sum_over_slices(qa, qb, MAX_K, product)
 
 
-def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State) -> torch.Tensor:
+def int8_mm(a: torch.Tensor, b: torch.Tensor, state: Int8State,
+            engine: Optional[str] = None) -> torch.Tensor:  # fmt: skip
     """``(M, N)`` fp32 ``a (M, K) @ b (K, N)`` on INT8 operands: ``a`` per row, ``b`` per
-    column, exact integer accumulation, dequantized once as ``(acc * s_a) * s_b``. No
-    autograd."""
-    qa, sa = _q(state, a, 1)
-    qb, sb = _q(state, b, 0)
-    return int_mm_any_k(qa, qb).float().mul_(sa).mul_(sb)
+    column, exact integer accumulation (``engine`` as :func:`int_mm`), dequantized once as
+    ``(acc * s_a) * s_b``. No autograd."""
+    qa, sa = state.quantize(a, 1)
+    qb, sb = state.quantize(b, 0)
+    return int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sb)
+
+
+def _probe_int8(a: torch.Tensor, b: torch.Tensor, engine: str) -> torch.Tensor:
+    """The whole INT8 product of a probe (:func:`dgl_rsc.int8.choose.dense_engine`):
+    quantization (nearest, no seed drawn), integer product, dequantize."""
+    qa, sa = quantize(a, 1)
+    qb, sb = quantize(b, 0)
+    return int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sb)
+
+
+def _engine(a: torch.Tensor, b: torch.Tensor, state: Int8State, *labels) -> str:
+    return dense_engine(a, b, state.spec.dense, _probe_int8, *labels)
+
+
+def _times_weight(a: torch.Tensor, w: torch.Tensor, transposed: bool, state: Int8State,
+                  keep_rows: bool = False):  # fmt: skip
+    """``(a @ w (or a @ w^T), rows)`` by the engine measured for it: fp32, or ``a``'s codes
+    per row times the step's codes of ``w`` (one scale: :meth:`Int8State.weight_codes`).
+    With ``keep_rows``, ``rows`` is ``a`` as :class:`~dgl_rsc.int8.saved.SavedRows`: the
+    INT8 product's own codes of ``a``, else quantized for it; else ``None``."""
+    b = w.t() if transposed else w
+    engine = _engine(a, b, state)
+    if engine == "fp32":
+        return torch.matmul(a, b), (SavedRows(a, state) if keep_rows else None)
+    qw, sw = state.weight_codes(w)
+    qa, sa = state.quantize(a, 1)
+    qb = qw.t().contiguous() if transposed else qw
+    out = int_mm_any_k(qa, qb, engine).float().mul_(sa).mul_(sw).to(a.dtype)
+    return out, (SavedRows.of_codes(qa, sa, a.dtype, state) if keep_rows else None)
 
 
 class Int8Matmul(torch.autograd.Function):
-    """``x (N, K) @ w (K, O)`` with every product (forward and both gradients) in INT8.
+    """``x (N, K) @ w (K, O)`` with every product (forward and both gradients) in INT8 where
+    that measured faster than fp32 (:mod:`.choose`).
 
-    Saves ``x`` and ``w`` in their own precision (the master copies); the optimizer and its
-    state never see INT8 values."""
+    An input that is an activation (it needs a gradient) is kept for the weight gradient as
+    int8 codes per row (``spec.saved == "int8"``, :mod:`.saved`); a constant input (a cached
+    aggregation) and the weight are kept as they are. The optimizer and its state never see
+    INT8 values."""
 
     @staticmethod
     def forward(ctx, x, w, state: Int8State):
         ctx.state = state
-        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None,
-                              w if ctx.needs_input_grad[0] else None)  # fmt: skip
-        return int8_mm(x, w, state).to(x.dtype)
+        compress = ctx.needs_input_grad[0] and ctx.needs_input_grad[1] and (
+            state.spec.saved == "int8")  # fmt: skip
+        out, ctx.rows = _times_weight(x, w, False, state, keep_rows=compress)
+        keep_x = ctx.needs_input_grad[1] and not compress
+        ctx.save_for_backward(x if keep_x else None, w if ctx.needs_input_grad[0] else None)
+        return out.to(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
         x, w = ctx.saved_tensors
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            dx = int8_mm(g, w.t(), ctx.state).to(w.dtype)
-        if ctx.needs_input_grad[1]:
-            dw = int8_mm(x.t(), g, ctx.state).to(x.dtype)
+            dx = _times_weight(g, w, True, ctx.state)[0].to(w.dtype)
+        if ctx.needs_input_grad[1] and ctx.rows is not None:
+            rows, ctx.rows = ctx.rows, None
+            probe = rows.dequantized(PROBE).t()
+            engine = _engine(probe, g[:PROBE], ctx.state, "saved", g.shape[0])
+            if engine == "fp32":
+                dw = rows.t_times(g)
+            else:
+                dw = rows.t_times_int8(g, ctx.state, int_mm_any_k, engine)
+        elif ctx.needs_input_grad[1]:
+            xt = x.t()
+            engine = _engine(xt, g, ctx.state)
+            dw = torch.matmul(xt, g) if engine == "fp32" else int8_mm(xt, g, ctx.state, engine)
+            dw = dw.to(x.dtype)
         return dx, dw, None
 
 
 def int8_matmul(x: torch.Tensor, w: torch.Tensor, state: Int8State) -> torch.Tensor:
     """``x (..., K) @ w (K, O)`` in INT8 (leading dimensions of ``x`` are flattened)."""
+    if x.dim() == 2:  # the output itself, not a view of it (an in-place epilogue may follow)
+        return Int8Matmul.apply(x, w, state)
     lead = x.shape[:-1]
     out = Int8Matmul.apply(x.reshape(-1, x.shape[-1]), w, state)
     return out.reshape(*lead, w.shape[1])

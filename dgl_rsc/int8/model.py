@@ -5,12 +5,16 @@ What runs in INT8 (int8 operands, int32 accumulation, one fp32 dequantize per pr
 * every sparse product of a quantized convolution: the forward ``A @ X``, the exact backward
   ``A^T @ dY`` and RSC's sampled backward ``A[S, :]^T @ dY[S, :]``;
 * the weight products of :class:`~dgl_rsc.nn.GraphConv` (``X @ W`` and both of its
-  gradients) on CUDA and on CPUs with int8 dot-product instructions (``dense="auto"``;
-  ``"int8"`` or ``"fp32"`` everywhere).
+  gradients);
+
+each product in INT8 or fp32, whichever measured faster for its shape on this machine
+(``dense``/``sparse`` ``"auto"``, :mod:`dgl_rsc.int8.choose`), or as forced (``"int8"``,
+``"fp32"``).
 
 What stays in fp32 (the rule): the first layer's aggregation where it is computed once per
 run (:mod:`dgl_rsc.dgl.nn.input_cache`), the last convolution of the model (``keep_last=True``: its
-output is the logits), the degree normalization values (applied in fp32 before quantizing or
+output is the logits; the activation its weight gradient keeps is INT8 with ``saved="int8"``),
+the degree normalization values (applied in fp32 before quantizing or
 at the dequantize), bias, activation, dropout, batch normalization, softmax and loss, the
 parameters themselves and the optimizer state (INT8 codes exist only inside a product), the
 score and scale estimates of RSC, per-feature edge weights, and the ``nn.Linear`` layers of
@@ -50,6 +54,8 @@ def quantize_model(
     keep_last: bool = True,
     backend: str = "auto",
     dense: str = "auto",
+    sparse: str = "auto",
+    saved: str = "int8",
 ) -> list:
     """Run the products of ``model``'s dgl_rsc convolutions in INT8 (see the module doc for
     what stays in fp32). Works with or without RSC attached (:func:`dgl_rsc.nn.attach`), in
@@ -64,13 +70,16 @@ def quantize_model(
         keep_last: leave the last convolution in fp32.
         backend: kernels of the sparse products (:func:`dgl_rsc.backends.resolve_int8`).
         dense: where the weight products run in INT8 (:class:`~dgl_rsc.int8.spec.Int8Spec`:
-            ``"auto"`` where the hardware has int8 GEMMs).
+            ``"auto"`` where that measured faster than fp32).
+        sparse: where the sparse products run in INT8 (likewise).
+        saved: the precision of the activations the weight gradients keep (``"int8"``: every
+            convolution's, the fp32 last one's too; :mod:`dgl_rsc.int8.saved`).
 
     Raises:
         ValueError: ``model`` has no dgl_rsc convolution, or an option is invalid.
     """
     spec = Int8Spec(rounding=rounding, seed=seed, keep_last=keep_last, backend=backend,
-                    dense=dense)  # fmt: skip
+                    dense=dense, sparse=sparse, saved=saved)  # fmt: skip
     convs = _convs(model)
     if not convs:
         raise ValueError(
@@ -84,6 +93,8 @@ def quantize_model(
     names = {n for n, _ in chosen}
     for i, (name, conv) in enumerate(convs):
         conv.rsc_set_int8(Int8State(spec, i) if name in names else None)
+        if name not in names and spec.saved == "int8" and hasattr(conv, "rsc_set_saved_int8"):
+            conv.rsc_set_saved_int8(Int8State(spec, i))  # fp32 products, INT8 saved inputs
     return [n for n, _ in chosen]
 
 
@@ -91,6 +102,8 @@ def dequantize_model(model: nn.Module) -> None:
     """Run every dgl_rsc convolution of ``model`` in fp32 again."""
     for _, conv in _convs(model):
         conv.rsc_set_int8(None)
+        if hasattr(conv, "rsc_set_saved_int8"):
+            conv.rsc_set_saved_int8(None)
 
 
 def int8_layers(model: nn.Module) -> list:

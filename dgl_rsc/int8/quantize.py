@@ -38,10 +38,12 @@ def quantize(
     rounding: str = "nearest",
     seed: int = 0,
     codes: Callable = torch_codes,
+    row_amax: Optional[Callable] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(q, s)``: int8 codes of ``x (R, C)`` and fp32 scales, one per slice along ``dim``
     (``0``: per column, ``1``: per row, ``None``: per tensor); see the module doc.
-    ``codes``: a kernel module's ``quantize_codes`` (bit-identical to :func:`torch_codes`)."""
+    ``codes``: a kernel module's ``quantize_codes`` (bit-identical to :func:`torch_codes`);
+    ``row_amax``: its row maxima (``dim=1``; bit-identical to ``|x|.amax(1)``)."""
     if x.dim() != 2:
         raise ValueError(f"quantize takes a 2-D tensor, got shape {tuple(x.shape)}.")
     if rounding not in ("nearest", "stochastic"):
@@ -54,6 +56,8 @@ def quantize(
         return torch.zeros(x.shape, dtype=torch.int8, device=x.device), x.new_zeros(shape)
     if dim is None:
         amax = x.abs().amax().reshape(1, 1)
+    elif dim == 1 and row_amax is not None:
+        amax = row_amax(x)
     else:
         amax = x.abs().amax(dim=dim, keepdim=True)
     s = bf16_scale_up(amax, float(QMAX))

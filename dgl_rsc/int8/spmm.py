@@ -17,11 +17,15 @@ from typing import Optional
 import torch
 
 from ..backends import resolve_int8
+from ..sparse.buffers import OutputPool
 from ..sparse.csr import CSR
-from .quantize import QMAX, quantize
+from ..sparse.products import csr_mm
+from ..sparse.scales import Scales
+from .choose import sparse_choice, sparse_measuring
+from .quantize import QMAX
 from .spec import Int8State
 
-__all__ = ["ACC_LIMIT", "int8_csr_mm", "check_accumulator"]
+__all__ = ["ACC_LIMIT", "int8_csr_mm", "check_accumulator", "quantized_product"]
 
 ACC_LIMIT = 2**31 - 1
 
@@ -40,22 +44,21 @@ def check_accumulator(A: CSR, has_values: bool) -> None:
         )
 
 
-def _q(state: Int8State, x: torch.Tensor, dim):
-    codes = resolve_int8(state.spec.backend, x.device).quantize_codes
-    if not state.stochastic:
-        return quantize(x, dim, "nearest", 0, codes)
-    return quantize(x, dim, "stochastic", state.next_seed(), codes)
-
-
 def _quantize_scaled(state: Int8State, x: torch.Tensor, col: Optional[torch.Tensor]):
     """Codes and per-column scales of ``diag(col) x``: the kernel module's fused
     ``quantize_columns`` where it has one (one pass for the maxima, one for the codes, no
-    scaled copy: the CPU kernels), else the scaled copy quantized by :func:`_q`."""
+    scaled copy: the CPU kernels), else the scaled copy quantized by the state."""
+    prepared = state.prepared
+    if prepared is not None:
+        state.prepared = None
+        codes = prepared.take(x, col)
+        if codes is not None:  # written by the fused epilogue (.codes), the same bits
+            return codes
     kernels = resolve_int8(state.spec.backend, x.device)
     fused = getattr(kernels, "quantize_columns", None)
     col = None if col is None else col.detach().float()
     if fused is None:
-        return _q(state, x if col is None else x * col.reshape(-1, 1), 0)
+        return state.quantize(x if col is None else x * col.reshape(-1, 1), 0)
     rounding = "stochastic" if state.stochastic else "nearest"
     return fused(x, col, rounding, state.next_seed() if state.stochastic else 0)
 
@@ -80,9 +83,25 @@ def int8_csr_mm(
     col_scale = sX.reshape(d)
     qv = None
     if has_values:
-        qv, sv = _q(state, A.values.detach().float().reshape(-1, 1), None)
+        qv, sv = state.quantize(A.values.detach().float().reshape(-1, 1), None)
         qv, col_scale = qv.reshape(-1), col_scale * sv.reshape(())
     rf = None if row_factor is None else row_factor.detach().float().contiguous()
     kernels = resolve_int8(state.spec.backend, X.device)
     out = kernels.int8_spmm(A.indptr, A.indices, qv, qX.contiguous(), rf, col_scale.contiguous())
     return out.to(X.dtype)
+
+
+def quantized_product(A: CSR, X: torch.Tensor, scales: Scales) -> torch.Tensor:
+    """``(M, D)`` ``diag(r) A diag(c) X`` of scales carrying an INT8 state: in INT8
+    (:func:`int8_csr_mm`) or by the exact fp32 engine, per the state's ``spec.sparse``
+    (``"auto"``: whichever measured faster for this shape, :mod:`.choose`)."""
+    state = scales.quant
+
+    def int8():
+        return int8_csr_mm(A, X, scales.row_factor(), scales.col, state)
+
+    def fp32():  # while timed against INT8, its output is not kept in A's buffer pool
+        trial = sparse_measuring(A, X.shape[1], state.spec.sparse, X.device)
+        return csr_mm(A, X, scales._replace(quant=None), pool=OutputPool() if trial else None)
+
+    return sparse_choice(A, X, state.spec.sparse, int8, fp32)

@@ -35,6 +35,7 @@ from ..core.config import ConfigError, RSCConfig, unknown_key_message
 from ..data.reorder import NODE_ORDERS
 from ..int8.spec import DENSE as INT8_DENSE
 from ..int8.spec import PRECISIONS, ROUNDINGS
+from ..int8.spec import SPARSE as INT8_SPARSE
 from ..models.engines import ENGINES as _ENGINES
 from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
@@ -120,6 +121,7 @@ class TrainConfig:
     precision: str = "fp32"
     int8_rounding: str = "stochastic"
     int8_dense: str = "auto"
+    int8_sparse: str = "auto"
     keep_freed_memory: bool = True
     compile: bool = False
     fused_epilogue: bool = True
@@ -149,6 +151,7 @@ TRAIN_RULES = {
     "precision": Rule(str, choices=PRECISIONS),
     "int8_rounding": Rule(str, choices=ROUNDINGS),
     "int8_dense": Rule(str, choices=INT8_DENSE),
+    "int8_sparse": Rule(str, choices=INT8_SPARSE),
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
     "fused_epilogue": Rule(bool),

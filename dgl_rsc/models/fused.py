@@ -23,8 +23,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..base.tracing import compiling
 from ..dgl.nn.graphconv import GraphConv
 from ..dgl.nn.sageconv import SAGEConv
+from ..int8.codes import epilogue_codes
 from ..sparse.epilogue import bias_act_dropout, engine_for
 from .restricted import sees_every_consumer
 
@@ -57,15 +59,34 @@ def applies(stack, graph, feat) -> bool:
     return sees_every_consumer([stack.dropout, *convs, *stack.norms])
 
 
+def _int8(convs) -> bool:
+    """Whether the stack trains in INT8 (a quantized convolution) outside torch.compile."""
+    return not compiling() and any(getattr(c, "rsc_int8", lambda: None)() for c in convs)
+
+
 def fused_forward(stack, graph, feat: torch.Tensor, edge_weight=None) -> torch.Tensor:
-    """``stack``'s forward, ``feat (N, F)`` -> logits ``(N, C)`` (:func:`applies` held)."""
+    """``stack``'s forward, ``feat (N, F)`` -> logits ``(N, C)`` (:func:`applies` held).
+
+    In INT8 training a hidden epilogue saves one bit per element instead of its output, and
+    writes the next layer's INT8 operand codes where that layer asks for them
+    (:func:`dgl_rsc.int8.codes.epilogue_codes`)."""
     h = stack.input_dropout(feat)
     p = float(stack.dropout.p)
-    last = len(stack.convs) - 1
-    for i, conv in enumerate(stack.convs):
+    convs = list(stack.convs)
+    int8 = _int8(convs)
+    for i, conv in enumerate(convs):
         x, other, bias = conv.pre_activation(graph, h, edge_weight)
-        if i == last:
+        if i == len(convs) - 1:
             h = x if other is None else x + other
             return h if bias is None else h + bias
-        h = bias_act_dropout(x, other, bias, p=p, relu=True, training=stack.training)
+        if int8:
+            ask = getattr(convs[i + 1], "int8_operand", None)
+            ahead = ask(graph, x) if ask is not None and edge_weight is None else None
+            # written over x, the layer's own intermediate (one (N, D) tensor less at once;
+            # not over a view, whose in-place backward would copy the whole base)
+            inplace = x.is_contiguous() and not x._is_view()
+            h = epilogue_codes(x, other, bias, p, stack.training, ahead, inplace=inplace)
+        else:
+            h = bias_act_dropout(x, other, bias, p=p, relu=True, training=stack.training)
+        del x, other  # the epilogue's input is not kept while the next layer runs
     raise AssertionError("unreachable: the loop returns at the last layer")

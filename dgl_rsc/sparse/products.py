@@ -45,8 +45,9 @@ _NUMBA = (torch.float32, torch.float64)  # dtypes the Numba kernels take
 #: ``__init__`` registers both): ``"exact_cpu"``, a module with ``usable(X)``,
 #: ``spmm(structure, values, X, scales, out)`` and ``spmm_add(structure, values, X, out)``
 #: (DGL's kernel, :mod:`dgl_rsc.dgl.kernels`); ``"quantized"``, the product
-#: ``f(A, X, row_factor, col, state)`` of scales that carry a ``quant`` state
-#: (:func:`dgl_rsc.int8.spmm.int8_csr_mm`).
+#: ``f(A, X, scales)`` of scales that carry a ``quant`` state
+#: (:func:`dgl_rsc.int8.spmm.quantized_product`: INT8 or this module's fp32 product,
+#: whichever measured faster).
 ENGINES: dict = {"exact_cpu": None, "quantized": None}
 
 
@@ -219,14 +220,15 @@ def csr_mm(
     if scales.quant is not None:
         if ENGINES["quantized"] is None:
             raise RuntimeError("no quantized product is registered; import dgl_rsc.int8.")
-        return ENGINES["quantized"](A, X, scales.row_factor(), scales.col, scales.quant)
+        return ENGINES["quantized"](A, X, scales)
     pool = A.pool() if pool is None else pool
     engine = None if sparse_write else _exact_cpu(X)
     if engine is not None and _nonempty(A, X):
         if not (_deps.numba_available() and X.dtype in _NUMBA):
             return _dgl_mm(engine, A, X, scales, pool)
         return engine_pick.run(A._s, X.shape[1], lambda: _dgl_mm(engine, A, X, scales, pool),
-                               lambda: _mm(A, X, scales, pool))  # fmt: skip
+                               lambda: _mm(A, X, scales, pool), X.dtype,
+                               A.values is not None)  # fmt: skip
     tag = A.token if sparse_write else None
     return _mm(A, X, scales, pool, tag)
 

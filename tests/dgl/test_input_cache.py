@@ -222,7 +222,7 @@ def test_an_int8_layer_reuses_an_fp32_aggregation():
     layer = rnn.exact(rnn.GraphConv(12, 20))
     fp32 = rnn.exact(rnn.GraphConv(12, 20))
     fp32.load_state_dict(layer.state_dict())
-    state = Int8State(Int8Spec(rounding="stochastic", dense="fp32"))
+    state = Int8State(Int8Spec(rounding="stochastic", dense="fp32", sparse="int8"))
     layer.rsc_set_int8(state)
     got, want = steps(layer, g, x), steps(fp32, g, x)
     counts = input_cache_counts(layer)

@@ -1,23 +1,27 @@
-"""The CPU engine of INT8 dense products: ``torch._int_mm`` only where the CPU has int8
-dot-product instructions (elsewhere its CPU kernel is 30-60x slower than fp32); fp32 BLAS
-over exact slices otherwise (float64 where the user lets fp32 products round lower), with the
-same integers."""
+"""INT8 where it pays, chosen by measurement (``dgl_rsc.int8.choose``): the integer engine of
+a dense product, whether a weight product and a sparse product run in INT8 or fp32. A fake
+timer decides (no timed assertions); whichever engine is kept, the integer engines give the
+same integers and an fp32 choice gives the fp32 product's bits."""
 
 import pytest
 import torch
 
 from dgl_rsc.base import _deps
-from dgl_rsc.int8 import gemm
+from dgl_rsc.base.pick import Registry
+from dgl_rsc.int8 import choose, gemm
 
 
 @pytest.fixture
-def flags(monkeypatch):
-    def set_flags(names):
-        monkeypatch.setattr(_deps, "_cpu_flags", lambda: frozenset(names))
-        _deps.int_mm_fast_on_cpu.cache_clear()
+def timed(monkeypatch):
+    """``timed({name: seconds})``: a fresh registry whose timer gives each candidate that
+    time (``default`` for the others)."""
 
-    yield set_flags
-    _deps.int_mm_fast_on_cpu.cache_clear()
+    def make(times, default=1.0):
+        reg = Registry(timer=lambda name, fn: (fn(), times.get(name, default)))
+        monkeypatch.setattr(choose, "PICKS", reg)
+        return reg
+
+    return make
 
 
 def _engine_used(monkeypatch) -> list:
@@ -28,32 +32,32 @@ def _engine_used(monkeypatch) -> list:
     return used
 
 
-def test_default_cpu_engine_follows_the_instruction_set(flags, monkeypatch):
-    gen = torch.Generator().manual_seed(0)
-    a = torch.randint(-127, 128, (30, 40), dtype=torch.int8, generator=gen)
-    b = torch.randint(-127, 128, (40, 16), dtype=torch.int8, generator=gen)
+def _codes(shape, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(-127, 128, shape, dtype=torch.int8, generator=gen)
+
+
+@pytest.mark.parametrize("int_mm_fast", [False, True])
+def test_default_integer_engine_is_the_fastest_measured(timed, monkeypatch, int_mm_fast):
+    a, b = _codes((30, 40), 0), _codes((40, 16), 1)
     want = gemm.int_mm(a, b, "int64")
+    timed({"int_mm": 0.1 if int_mm_fast else 9.0, "float32": 1.0})
     used = _engine_used(monkeypatch)
-    flags({"avx", "avx2"})
-    assert not _deps.int_mm_fast_on_cpu()
-    assert torch.equal(gemm.int_mm(a, b), want) and used[-1] == "float32"
-    flags({"avx2", "avx512f", "avx512_vnni"})
-    assert _deps.int_mm_fast_on_cpu() == _deps.int_mm_on_cpu()
     assert torch.equal(gemm.int_mm(a, b), want)
-    assert used[-1] == ("int_mm" if _deps.int_mm_on_cpu() else "float32")
+    has_int_mm = _deps.int_mm_on_cpu()  # torch 2.2 has no CPU kernel: never a candidate
+    assert used[-1] == ("int_mm" if int_mm_fast and has_int_mm else "float32")
+    assert torch.equal(gemm.int_mm(a, b), want) and used.count(used[-1]) >= 2
 
 
 @pytest.mark.parametrize("precision", ["high", "medium"])
-def test_fp32_products_allowed_to_round_lower_get_the_float64_engine(flags, monkeypatch,
+def test_fp32_products_allowed_to_round_lower_get_the_float64_engine(timed, monkeypatch,
                                                                       precision):  # fmt: skip
     """With ``torch.set_float32_matmul_precision("high"/"medium")`` an fp32 GEMM may run in
-    TF32 or bf16, which would not hold the codes' sums exactly: float64 is used instead."""
-    gen = torch.Generator().manual_seed(1)
-    a = torch.randint(-127, 128, (20, 300), dtype=torch.int8, generator=gen)
-    b = torch.randint(-127, 128, (300, 9), dtype=torch.int8, generator=gen)
+    TF32 or bf16, which would not hold the codes' sums exactly: float64 is the BLAS engine."""
+    a, b = _codes((20, 300), 1), _codes((300, 9), 2)
     want = gemm.int_mm(a, b, "int64")
+    timed({"int_mm": 9.0})
     used = _engine_used(monkeypatch)
-    flags({"avx2"})
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision(precision)
@@ -63,47 +67,91 @@ def test_fp32_products_allowed_to_round_lower_get_the_float64_engine(flags, monk
     assert torch.equal(gemm.int_mm(a, b), want) and used[-1] == "float32"
 
 
-@pytest.mark.parametrize(
-    "dense, cpu_flags, expect_int8",
-    [("auto", {"avx2"}, False), ("auto", {"avx512_vnni"}, True), ("int8", {"avx2"}, True),
-     ("fp32", {"avx512_vnni"}, False)],
-)  # fmt: skip
-def test_weight_products_run_in_int8_only_where_dense_says(flags, monkeypatch, dense, cpu_flags,
-                                                           expect_int8):  # fmt: skip
-    """``dense="auto"``: a GraphConv's weight products are INT8 where the CPU has int8
-    dot-product instructions (and torch a CPU ``_int_mm``), fp32 elsewhere; its sparse
-    products are INT8 either way."""
-    from dgl_rsc.dgl.nn import _base
-    from dgl_rsc.int8 import quantize_model
-    from dgl_rsc.models import build_model
-    from dgl_rsc.sparse import products
+def _graph(n=40, seed=0):
     from dgl_rsc.sparse.graph import Graph
 
-    flags(cpu_flags)
-    calls = {"gemm": 0, "spmm": 0}
-    real_mm, real_sp = _base.int8_matmul, products.ENGINES["quantized"]
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, n, (5 * n,), generator=gen)
+    dst = torch.randint(0, n, (5 * n,), generator=gen)
+    return Graph(torch.cat([src, dst]), torch.cat([dst, src]), n)
+
+
+def _counted_model(monkeypatch, dense, sparse="auto", layers=2):
+    from dgl_rsc.int8 import quantize_model
+    from dgl_rsc.int8 import spmm as int8_spmm
+    from dgl_rsc.models import build_model
+    from dgl_rsc.nn import exact
+
+    calls = {"gemm": 0, "spmm": 0}  # real products (the probes' own are not counted)
+    probing = []
+    real_mm, real_probe, real_sp = gemm.int_mm_any_k, gemm._probe_int8, int8_spmm.int8_csr_mm
 
     def count(key, fn):
-        return lambda *a, **k: calls.__setitem__(key, calls[key] + 1) or fn(*a, **k)
+        def run(*a, **k):
+            if not probing:
+                calls[key] += 1
+            return fn(*a, **k)
 
-    monkeypatch.setattr(_base, "int8_matmul", count("gemm", real_mm))
-    monkeypatch.setitem(products.ENGINES, "quantized", count("spmm", real_sp))
-    gen = torch.Generator().manual_seed(0)
-    src, dst = (
-        torch.randint(0, 40, (200,), generator=gen),
-        torch.randint(0, 40, (200,), generator=gen),
-    )
-    g = Graph(torch.cat([src, dst]), torch.cat([dst, src]), 40)
-    model = build_model("gcn", in_feats=6, num_classes=3, hidden=8, layers=2, dropout=0.0)
-    quantize_model(model, "nearest", dense=dense)
-    model(g, torch.randn(40, 6)).sum().backward()
-    native = _deps.int_mm_fast_on_cpu() or dense == "int8"
-    assert (calls["gemm"] > 0) == (expect_int8 and native)
-    assert calls["spmm"] > 0
+        return run
+
+    def probe(*a, **k):
+        probing.append(1)
+        try:
+            return real_probe(*a, **k)
+        finally:
+            probing.pop()
+
+    monkeypatch.setattr(gemm, "int_mm_any_k", count("gemm", real_mm))
+    monkeypatch.setattr(gemm, "_probe_int8", probe)
+    monkeypatch.setattr(int8_spmm, "int8_csr_mm", count("spmm", real_sp))
+    model = build_model("gcn", in_feats=6, num_classes=3, hidden=24, layers=layers, dropout=0.0)
+    exact(model)
+    quantize_model(model, "nearest", dense=dense, sparse=sparse)
+    return model, calls
 
 
-def test_dense_choice_is_validated():
+@pytest.mark.parametrize(
+    "dense, times, expect_int8",
+    [("auto", {"fp32": 1.0}, False), ("auto", {"fp32": 9.0}, True), ("int8", {"fp32": 0.1}, True),
+     ("fp32", {"fp32": 9.0}, False)],
+)  # fmt: skip
+def test_weight_products_run_in_int8_only_where_it_measured_faster(timed, monkeypatch, dense,
+                                                                   times, expect_int8):  # fmt: skip
+    """``dense="auto"``: a GraphConv's weight products run in INT8 where that measured faster
+    than fp32 (a VNNI CPU), in fp32 where it did not (AVX2); ``"int8"``/``"fp32"`` force."""
+    reg = timed(times)
+    model, calls = _counted_model(monkeypatch, dense)
+    model(_graph(), torch.randn(40, 6, requires_grad=True)).sum().backward()
+    assert (calls["gemm"] > 0) == expect_int8
+    kept = {r["chosen"] for r in reg.summary("int8_dense")}
+    if dense == "auto":  # fp32 and the integer engines measured: the faster kept
+        assert kept == ({"fp32"} if not expect_int8 else kept - {"fp32"}) and kept
+    else:  # "fp32": nothing measured; "int8": integer engines only (one on torch 2.2)
+        assert "fp32" not in kept
+
+
+@pytest.mark.parametrize("int8_slow", [True, False])
+def test_sparse_auto_falls_back_to_fp32_where_int8_is_slower(timed, monkeypatch, int8_slow):
+    """``sparse="auto"``: after its trials a product runs only the faster of INT8 and the
+    fp32 engine; where fp32 is kept, the layer's outputs equal an fp32 model's bit for bit."""
+    from dgl_rsc.int8 import dequantize_model
+
+    timed({"int8": 5.0 if int8_slow else 0.5, "fp32": 1.0})
+    torch.manual_seed(0)
+    model, calls = _counted_model(monkeypatch, "fp32", layers=3)
+    g, x = _graph(60, 1), torch.randn(60, 6)
+    for _ in range(5):  # the trials (both run, INT8's result kept), then the choice alone
+        model(g, x)
+    trials = calls["spmm"]
+    out = model(g, x)
+    assert calls["spmm"] == trials + (0 if int8_slow else 1)
+    dequantize_model(model)
+    assert torch.equal(out, model(g, x)) == int8_slow
+
+
+@pytest.mark.parametrize("key", ["dense", "sparse"])
+def test_int8_choices_are_validated(key):
     from dgl_rsc.int8 import Int8Spec
 
-    with pytest.raises(ValueError, match="dense='gpu'.*'auto'"):
-        Int8Spec(dense="gpu")
+    with pytest.raises(ValueError, match=f"{key}='gpu'.*'auto'"):
+        Int8Spec(**{key: "gpu"})

@@ -50,21 +50,24 @@ def test_schema_precision_rules():
     assert _resolve().train.int8_dense == "auto"
     with pytest.raises(ConfigError, match=r"train.int8_dense='gemm' is not one of auto, int8"):
         _resolve(int8_dense="gemm")
+    assert _resolve().train.int8_sparse == "auto"
+    with pytest.raises(ConfigError, match=r"train.int8_sparse='csr' is not one of auto, int8"):
+        _resolve(int8_sparse="csr")
     with pytest.raises(ConfigError, match="train.engine: native"):
         _resolve(engine="patch")
     with pytest.raises(ConfigError, match="train.amp"):
         _resolve(amp="bf16")
 
 
-@pytest.mark.parametrize("dense", ["auto", "int8", "fp32"])
-def test_int8_dense_reaches_the_layers(dense):
+@pytest.mark.parametrize("dense, sparse", [("auto", "int8"), ("int8", "fp32"), ("fp32", "auto")])
+def test_int8_dense_and_sparse_reach_the_layers(dense, sparse):
     from dgl_rsc.launcher.train import _setup, prepare
 
-    cfg = _resolve(int8_dense=dense)
+    cfg = _resolve(int8_dense=dense, int8_sparse=sparse)
     run = _setup(cfg, prepare(cfg), "rsc")
     specs = {m.rsc_int8().spec for _, m in run.model.named_modules()
              if hasattr(m, "rsc_int8") and m.rsc_int8() is not None}  # fmt: skip
-    assert int8_layers(run.model) and {s.dense for s in specs} == {dense}
+    assert int8_layers(run.model) and {(s.dense, s.sparse) for s in specs} == {(dense, sparse)}
 
 
 def test_shipped_int8_config_resolves():

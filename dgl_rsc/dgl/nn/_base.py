@@ -8,13 +8,15 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from ...backends.narrow_mm import narrow_mm
+from ...backends.narrow_mm import narrow_mm, padded_mm
+from ...backends.narrow_mm import takes as takes_narrow
 from ...base.user_warnings import warn_user
 from ...core.controller import RSCController
 from ...core.ops import compiling, slot_ref
 from ...core.ops import handle as op_handle
 from ...core.spmm import spmm_matrix
 from ...int8.gemm import int8_matmul
+from ...int8.saved import saved_matmul
 from ...int8.spec import Int8State
 from ...sparse.structure_cache import StructureCache
 from ..interop import message_structure
@@ -87,6 +89,7 @@ class RSCLayer(nn.Module):
         self._rsc_warned = False
         self._rsc_structures: Optional[StructureCache] = None
         self._rsc_int8: Optional[Int8State] = None
+        self._rsc_saved: Optional[Int8State] = None
         self._rsc_input_cache = InputAggregationCache()
 
     # -- attachment -------------------------------------------------------------------
@@ -136,13 +139,30 @@ class RSCLayer(nn.Module):
         """This layer's INT8 state, or ``None`` (fp32 products)."""
         return self._rsc_int8
 
+    def rsc_set_saved_int8(self, state: Optional[Int8State]) -> None:
+        """Keep the activations this fp32 layer's weight gradients save in INT8 (``state``,
+        :mod:`dgl_rsc.int8.saved`; the last layer of an INT8 model), or in fp32 (``None``)."""
+        if state is not None and not isinstance(state, Int8State):
+            raise TypeError(f"state must be an Int8State or None, got {type(state).__name__}.")
+        self._rsc_saved = state
+
     def _matmul(self, x: torch.Tensor, w: torch.Tensor, reassociate: bool = False):
-        """``x @ w``: INT8 with int32 accumulation when the layer is quantized and its spec
-        runs weight products in INT8 on this device (:meth:`Int8Spec.dense_int8`);
-        ``reassociate``: a narrow ``w`` on the CPU through :func:`narrow_mm` (equal up to
-        rounding)."""
+        """``x @ w``: on a quantized layer each product (forward and gradients) in INT8 or
+        fp32, whichever its spec's ``dense`` asks or measured faster
+        (:mod:`dgl_rsc.int8.choose`); ``reassociate``: a narrow ``w`` on the CPU through
+        :func:`narrow_mm` (equal up to rounding)."""
         state = self._rsc_int8
-        if state is None or w.dim() != 2 or not state.spec.dense_int8(x.device):
+        narrow = reassociate and takes_narrow(x, w)  # under 16 wide: INT8 never pays there
+        if (
+            state is None
+            or w.dim() != 2
+            or state.spec.dense == "fp32"
+            or (narrow and state.spec.dense == "auto")
+        ):
+            saved = self._rsc_saved if state is None else state
+            if _saves_int8(saved, x, w):
+                saved.training = self.training
+                return saved_matmul(x, w, saved, padded_mm if narrow else None)
             return narrow_mm(x, w) if reassociate else torch.matmul(x, w)
         state.training = self.training
         return int8_matmul(x, w, state)
@@ -242,6 +262,14 @@ class RSCLayer(nn.Module):
             self._rsc_warned = True
             warn_user(UNATTACHED_MESSAGE.format(name=type(self).__name__))
         return None
+
+
+def _saves_int8(state: Optional[Int8State], x: torch.Tensor, w: torch.Tensor) -> bool:
+    """Whether an fp32 ``x @ w`` keeps ``x`` for its weight gradient in INT8: the state says
+    so and ``x`` is an activation (it needs a gradient), the weight a parameter in training."""
+    if state is None or state.spec.saved != "int8" or x.dim() != 2 or w.dim() != 2:
+        return False
+    return torch.is_grad_enabled() and x.requires_grad and w.requires_grad
 
 
 def _constant_input(graph, feat: torch.Tensor, edge_weight) -> bool:

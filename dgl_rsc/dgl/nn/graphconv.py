@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
+from ...int8.choose import sparse_kept
+from ..interop import message_structure
 from ._base import RSCLayer, check_in_degrees, expand_as_pair
 from .errors import layer_error
 from .messages import broadcast_to_rows
@@ -185,6 +189,21 @@ class GraphConv(RSCLayer):
             rst = self._aggregate(graph, feat_src, edge_weight, **scales)
         out = rst if weight is None else self._matmul(rst, weight, reassociate=True)
         return out, None, self.bias
+
+    def int8_operand(self, graph, feat) -> Optional[tuple]:
+        """``(state, col)`` when :meth:`pre_activation` of ``feat (N, D_in)`` starts with an
+        INT8 sparse product of ``diag(col) feat`` whose choice is settled on INT8: the
+        producer of ``feat`` may then write its codes ahead (:mod:`dgl_rsc.int8.codes`);
+        else ``None``."""
+        state = self._rsc_int8
+        if (state is None or getattr(graph, "rsc_aggregate", None) is not None
+                or not (torch.is_grad_enabled() and feat.requires_grad)
+                or (self.weight is not None and not self._aggregate_first(feat))):  # fmt: skip
+            return None
+        A, _ = message_structure(graph, self._structures())
+        if not sparse_kept(A, feat.shape[1], state.spec.sparse, feat.device):
+            return None
+        return state, self.norm_scales(graph, feat, feat)[0]
 
     def _aggregate_first(self, feat_src) -> bool:
         """The order of :meth:`pre_activation` by the sparse product's row widths it costs
