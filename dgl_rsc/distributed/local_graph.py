@@ -137,17 +137,15 @@ class HaloSpMM(torch.autograd.Function):
         nc = graph.part.n_central
         rows_c = None if row is None else row[:nc]
         rows_m = None if row is None else row[nc:]
-        if graph.overlap:
-            handle = ex.start_forward(x_own, kind)
-            t0 = time.perf_counter()
-            y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
-            ex.timings["forward_central"] += time.perf_counter() - t0
+        handle = ex.start_forward(x_own, kind)
+        if not graph.overlap:
             halo = ex.finish_forward(handle)
-        else:
-            halo = ex.exchange_once(x_own, kind)
-            t0 = time.perf_counter()
-            y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
-            ex.timings["forward_central"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
+        ex.timings["forward_central"] += time.perf_counter() - t0
+        if graph.overlap:
+            halo = ex.finish_forward(handle)
+        ctx.ticket = ex.forward_sample(handle)  # what the backward sends follows the forward
         t0 = time.perf_counter()
         x_local = torch.cat([x_own, halo])
         y_m = csr_mm(graph.marginal, x_local, Scales(rows_m, None, row_divide))
@@ -165,5 +163,5 @@ class HaloSpMM(torch.autograd.Function):
         dx_local = feature_grad(ctx.state, A, dY, scales)  # the operator's one backward
         n_own = graph.part.n_own
         g_own = dx_local[:n_own].clone()
-        graph.exchange.backward(dx_local[n_own:], g_own)
+        graph.exchange.backward(dx_local[n_own:], g_own, ctx.ticket)
         return g_own, None, None, None, None, None, None
