@@ -217,7 +217,8 @@ def dist(name: str, keep=lambda row: True) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = {(r["config"], r["nproc"], r["method"], r["budget"], r.get("label", "")): r["exact"]
-            for r in d["rows"] if str(r["bits"]) == "32" and r["exact"]}  # fmt: skip
+            for r in d["rows"] if str(r["bits"]) == "32" and r["exact"]
+            and (r.get("comm_budget") or 1.0) >= 1.0}  # fmt: skip
     for r in filter(keep, d["rows"]):
         key = (r["config"], r["nproc"], r["method"], r["budget"])
         ref = base.get((*key, r.get("label", ""))) or base.get((*key, ""))
@@ -228,7 +229,7 @@ def dist(name: str, keep=lambda row: True) -> str:
             ratio = f"{_halo(x) / _halo(ref):.2f}" if ref and _halo(ref) else "-"
             out.append(
                 f"| {Path(r['config']).name} | {r['nproc']} | {r['method'] or '-'} "
-                f"| {r['bits'] or '-'}{f' ({lab})' if (lab := r.get('label')) else ''} "
+                f"| {_bits_cell(r)}{f' ({lab})' if (lab := r.get('label')) else ''} "
                 f"| {r['budget']} | {meth} "
                 f"| {x['test_mean']:.2f} ± {x['test_std']:.2f} "
                 f"| {x['epoch_ms']:.0f} | {_size(x.get('forward_halo_bytes'))} "
@@ -236,6 +237,12 @@ def dist(name: str, keep=lambda row: True) -> str:
                 f"| {ratio} | {_bits(x.get('bits'))} |"
             )
     return "\n".join(out)
+
+
+def _bits_cell(row: dict) -> str:
+    """The bits a row ran at, or its byte budget (``comm_budget`` below 1 picks the widths)."""
+    comm = row.get("comm_budget") or 1.0
+    return f"comm_budget {comm}" if comm < 1 else str(row["bits"] or "-")
 
 
 def dist_timings(name: str) -> str:
