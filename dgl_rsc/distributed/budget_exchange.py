@@ -191,13 +191,12 @@ class BudgetedExchange(HaloExchange):
         codec = codec_for(bits, self.generator)
         if payload is None:
             payload = codec.encode(vals.detach())
-        got = codec.decode(payload, vals.shape[0], vals.shape[1], torch.float64)
-        exact = exact.detach().double()
-        dense = torch.zeros_like(exact)
-        if pick is None:
-            dense = got
-        else:
-            dense[pick] = got
-        acc[0] += float((dense - exact).square().sum())
-        acc[1] += float(exact.square().sum())
+        got = codec.decode(payload, vals.shape[0], vals.shape[1], torch.float32)
+        exact = exact.detach().float()
+        sent = exact if pick is None else exact[pick]
+        total = float(exact.square().sum(dtype=torch.float64))
+        # rows left out count whole: ||exact||^2 - ||exact[pick]||^2
+        left = 0.0 if pick is None else total - float(sent.square().sum(dtype=torch.float64))
+        acc[0] += float((got - sent).square().sum(dtype=torch.float64)) + max(left, 0.0)
+        acc[1] += total
         acc[2] += sample_var + float(row_quant_variance(vals.detach(), [bits]).sum())
