@@ -214,7 +214,7 @@ class CommBudget:
                 "last_solve": self.solves[-1] if self.solves else None,
                 "measured_error": realized, "over_budget": self.over_budget}  # fmt: skip
 
-    def stats(self) -> Optional[dict]:
+    def stats(self) -> list:
         """Like ``rsc.stats()["budgets"]``: one entry per re-allocation (step, planned and
         budget bytes, per layer and direction the estimated relative error)."""
         return [{"step": s["step"], "budget_bytes": s["budget_bytes"],
