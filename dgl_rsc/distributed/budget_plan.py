@@ -159,9 +159,15 @@ class CommBudget:
         picks, fits = allocate(tables, budget)
         if not fits and not self.over_budget:
             self.over_budget = True
-            log.warning("rank %d: distributed.comm_budget=%g is below the cheapest choices "
-                        "(narrowest width, fewest rows); sending those", self.rank,
-                        self.fraction)  # fmt: skip
+            least = sum(float(t.nbytes.min()) for t in tables)
+            log.warning(
+                "rank %d: distributed.comm_budget=%g allows %.0f bytes a step, but the "
+                "narrowest widths and fewest rows allowed (forward %s bits, backward %s bits, "
+                "forward boundary rates %s) need %.0f: those are sent. Let the budget pick the "
+                "widths (forward_bits/backward_bits: adaptive) or sample the forward "
+                "(boundary_sample: true), or raise comm_budget.", self.rank, self.fraction,
+                budget, self.widths["forward"], self.widths["backward"], self.boundary, least,
+            )  # fmt: skip
         self.alloc = {k: t.choices[c] for k, t, c in zip(keys, tables, picks)}
         self.solves.append(self._summary(keys, tables, picks, budget, reference))
         del self.solves[:-MAX_LOG]

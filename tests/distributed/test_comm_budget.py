@@ -161,7 +161,7 @@ def test_a_budget_below_the_narrowest_widths_needs_the_boundary_sample(caplog):
 
     plain = CommBudget(0.03, interval=2, rank=0)
     run_steps(plain, 3)
-    assert plain.over_budget and "below the cheapest choices" in caplog.text
+    assert plain.over_budget and "narrowest widths and fewest rows allowed" in caplog.text
     sampled = CommBudget(0.03, boundary=FRACTIONS, interval=2, rank=0)
     for used, ref in run_steps(sampled, 3):
         assert used <= 0.03 * ref
