@@ -12,8 +12,10 @@ forward, opt-in, the boundary sample of :mod:`.boundary`. Each choice has
   since a row count is a cap;
 - variance: the summed variance of the decoded message's entries against the exact message,
   from the rows measured at the last re-allocation: the sample's (``sum ||G_u||^2 (1/p_u - 1)``,
-  uniform ``p`` forward), plus the codec's (:mod:`.bitwidth`: ``D/4 (range/(2^b - 1))^2`` per
-  row at 2/4/8 bits, ``2^-16 ||x||^2`` at 16, 0 at 32), divided by ``p_u`` for a sampled row.
+  uniform ``p`` forward), plus the codec's (:func:`row_quant_variance`: at 2/4/8 bits its
+  exact expected variance for the rows measured, at most :mod:`.bitwidth`'s bound
+  ``D/4 (range/(2^b - 1))^2``; ``2^-16 ||x||^2`` at 16, 0 at 32), divided by ``p_u`` for a
+  sampled row.
 
 The error of a layer's exchange in one direction is its relative variance: the groups'
 variance over the exact message's energy ``sum ||x||^2``. :func:`allocate` minimizes the sum of
@@ -32,11 +34,13 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from ..quant.rounding import bf16_scale_up
 from . import quant
 from .bitwidth import _hull, _pareto
 from .boundary import boundary_count
 from .codecs import codec_for
 from .halo_sample import threshold_table
+from .quant_ref import RESERVED, _row_frame
 
 __all__ = [
     "FRACTIONS",
@@ -98,19 +102,31 @@ def message_bytes(direction: str, rows: int, plan_rows: int, width: int, bits: i
 
 
 def row_quant_variance(rows: torch.Tensor, widths: Sequence[int]) -> torch.Tensor:
-    """``(B, R)`` float64 modelled variance of each row of ``rows (R, D)`` at each width."""
-    d = rows.shape[1]
+    """``(B, R)`` float64 variance of each row of ``rows (R, D)`` decoded after each width.
+
+    At 2, 4 and 8 bits it is the codec's exact expected variance for these rows: with the
+    row's offset ``o`` and step ``s`` (:mod:`.quant`'s, bf16), an entry at ``t = (x - o) / s``
+    rounds stochastically between ``floor(t)`` and ``floor(t) + 1``, variance
+    ``s^2 f (1 - f)`` with ``f = t - floor(t)`` (0 for an entry on the grid, such as a ReLU's
+    zeros at ``o = 0``; at most ``s^2 / 4``, :mod:`.bitwidth`'s bound). At 16 bits, the bound
+    ``2^-16 ||x||^2``; at 32, 0."""
     out = torch.zeros(len(widths), rows.shape[0], dtype=torch.float64)
-    if rows.shape[0] == 0:
+    if rows.shape[0] == 0 or rows.shape[1] == 0:
         return out
-    r2 = sq = None
+    x = rows.detach().float()
+    frame = None
     for i, b in enumerate(widths):
         if b in quant.QUANT_BITS:
-            r2 = quant.row_ranges(rows).double().cpu().square() if r2 is None else r2
-            out[i] = d / 4 * r2 / float((1 << b) - 1) ** 2
+            frame = _row_frame(x) if frame is None else frame
+            _, special, off, span = frame
+            levels = torch.where(special, (1 << b) - 1 - RESERVED[b], (1 << b) - 1).float()
+            step = bf16_scale_up(span, levels)
+            t = (x - off[:, None]) / torch.where(step > 0, step, 1.0)[:, None]
+            f = torch.nan_to_num(t - torch.floor(t), nan=0.0, posinf=0.0, neginf=0.0)
+            per_row = (f * (1 - f)).double().sum(1) * step.double().square()
+            out[i] = per_row.cpu()
         elif b == 16:
-            sq = rows.detach().double().square().sum(1).cpu() if sq is None else sq
-            out[i] = _BF16_VAR * sq
+            out[i] = (_BF16_VAR * x.double().square().sum(1)).cpu()
     return out
 
 

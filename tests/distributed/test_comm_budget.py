@@ -219,3 +219,26 @@ def test_the_launcher_builds_a_budget_only_where_one_applies():
     assert fixed.fraction == 1.0 and fixed.boundary == (0.5,) and fixed.widths["forward"] == (32,)
     auto = budget_for(dist_section(comm_budget=0.1, boundary_sample=True), 0)
     assert len(auto.boundary) > 1
+
+
+def test_the_codec_variance_model_is_the_codecs_variance():
+    """At 2/4/8 bits the modelled variance is the codec's expected one (measured over draws),
+    under bitwidth's bound D/4 (range / (2^b - 1))^2, and 0 for ReLU zeros at offset 0."""
+    from dgl_rsc.distributed import quant
+    from dgl_rsc.distributed.comm_budget import row_quant_variance
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.relu(torch.randn(120, 32, generator=g))
+    x[:5] *= 1000
+    zeros = torch.zeros(3, 32)
+    assert float(row_quant_variance(zeros, [2, 4, 8]).abs().max()) == 0.0
+    for b in (2, 4, 8):
+        pred = row_quant_variance(x, [b])[0]
+        bound = 32 / 4 * quant.row_ranges(x).double().square() / ((1 << b) - 1) ** 2
+        assert bool((pred <= bound * 1.05).all())  # the bf16 step may exceed range/(2^b-1)
+        codec = codec_for(b, g)
+        got = torch.zeros(120, dtype=torch.float64)
+        for _ in range(150):
+            y = codec.decode(codec.encode(x), 120, 32, torch.float32)
+            got += (y - x).double().square().sum(1)
+        assert float(got.sum() / 150) == pytest.approx(float(pred.sum()), rel=0.05)
