@@ -10,6 +10,7 @@ import torch
 
 from dgl_rsc.sparse.csr import CSR
 
+from ..workers.halo_problem import halo_problem
 from .test_distributed import ROOT, dgl_rsc, torchrun, write_config
 
 pytestmark = pytest.mark.slow
@@ -27,12 +28,7 @@ def ranks(tmp_path_factory):
 
 
 def exact_products():
-    g = torch.Generator().manual_seed(0)
-    n = 300
-    src = torch.randint(0, n, (2400,), generator=g)
-    dst = torch.randint(0, n, (2400,), generator=g)
-    x, gy = torch.randn(n, 24, generator=g), torch.randn(n, 24, generator=g)
-    row = torch.rand(n, generator=g) + 0.5
+    src, dst, n, x, gy, row = halo_problem(24)
     A = CSR.from_coo(dst, src, None, (n, n)).to_dense().double() * row[:, None].double()
     return A @ x.double(), A.t() @ gy.double()
 

@@ -4,10 +4,11 @@ times (one training step each), and writes per mode the mean and squared mean of
 rows of the output and of the input gradient, one draw, and the bytes it counted against the
 bytes of the tensors it handed to ``isend``.
 
-Modes: ``exact`` (comm_budget 1.0 through the budgeted exchange), ``halo`` (fp32 rows only, 0.6 of
-the bytes: the whole forward fits, the backward halo sample makes the rest fit), ``boundary`` (a fixed forward
-boundary rate of 0.5, no budget), ``budget`` (comm_budget 0.2, every width) and ``rsc`` (RSC's
-sampled local product with its remainder groups, plus comm_budget 0.3).
+Modes: ``exact`` (comm_budget 1.0 through the budgeted exchange), ``halo`` (fp32 rows only,
+0.6 of the bytes: the whole forward fits, the backward halo sample makes the rest fit),
+``boundary`` (a fixed forward boundary rate of 0.5, no budget), ``budget`` (comm_budget 0.2,
+every width) and ``rsc`` (RSC's sampled local product with its remainder groups, plus
+comm_budget 0.3).
 
 Usage (through torch's launcher): worker_budget.py OUT_DIR DRAWS
 """
@@ -17,6 +18,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from halo_problem import halo_problem
 from leave import leave
 
 from dgl_rsc import RSCController
@@ -42,15 +44,9 @@ def counting_isend(tensor, *args, **kwargs):
 
 dist.isend = counting_isend
 ctx = init_from_env("gloo", "cpu", 60)
-g = torch.Generator().manual_seed(0)
-n = 300
-src = torch.randint(0, n, (2400,), generator=g)
-dst = torch.randint(0, n, (2400,), generator=g)
+src, dst, n, x, gy, row = halo_problem(24)
 part = partition_nodes(src, dst, n, ctx.world_size, "metis", 0)
 lp = build_local(src, dst, n, part, ctx.rank, ctx.world_size)
-x = torch.randn(n, 24, generator=g)
-gy = torch.randn(n, 24, generator=g)
-row = torch.rand(n, generator=g) + 0.5
 
 MODES = {
     "exact": dict(fraction=1.0),
@@ -65,16 +61,18 @@ for mode, kw in MODES.items():
     graph = LocalGraph(lp, ctx, BudgetedExchange(lp, ctx, budget), overlap=True)
     ctl = None
     if mode == "rsc":
-        cfg = RSCController().config.replace(budget=0.3, warmup_steps=0, cache_interval=1,
-                                              guard=False, min_width=0, tune_interval=5)  # fmt: skip
+        cfg = RSCController().config.replace(
+            budget=0.3, warmup_steps=0, cache_interval=1, guard=False, min_width=0,
+            tune_interval=5,
+        )  # fmt: skip
         ctl = DistributedRSCController(ctx, cfg)
     steps = 3 if mode == "exact" else draws  # the exact exchange is the same every step
     sums = {k: torch.zeros(lp.n_own, 24, dtype=torch.float64) for k in ("y", "y2", "g", "g2")}
     before, handed[0] = ctx.bytes.snapshot(), 0
     peers0 = ctx.bytes.by_peer()
+    state_for = (lambda A: None) if ctl is None else (lambda A, c=ctl: c.slot(0))
     for i in range(steps):
         x_own = x[lp.owned].clone().requires_grad_()
-        state_for = (lambda A: None) if ctl is None else (lambda A: ctl.slot(0))  # noqa: E731
         y = graph.rsc_aggregate(x_own, None, state_for, row_scale=row[lp.owned])
         y.backward(gy[lp.owned])
         if ctl is not None:
