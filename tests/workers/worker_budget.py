@@ -96,7 +96,8 @@ for mode, kw in MODES.items():
         "backward": backward, "backward_reference": backward_ref,
         "budget_sent": sum(rep["sent_per_step"]), "reference": sum(rep["reference_per_step"]),
         "max_fraction": max(s / r for s, r in zip(rep["sent_per_step"], rep["reference_per_step"])),
-        "rsc_control": ctl is not None,
+        "rsc_control": ctl is not None, "errors": rep["measured_error"],
+        "estimated": budget.stats()[-1]["errors"] if budget.solves else {},
     }  # fmt: skip
 torch.save(result, os.path.join(out_dir, f"rank{ctx.rank}.pt"))
 leave()
