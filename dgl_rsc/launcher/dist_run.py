@@ -5,6 +5,7 @@ seconds) recorded with the epoch."""
 from __future__ import annotations
 
 import os
+import types
 from typing import Optional
 
 import torch
@@ -21,6 +22,10 @@ __all__ = [
     "epoch_traffic",
     "dist_summary",
 ]
+
+
+#: what a distributed run reads of the dataset after its rank's share is built
+_DATA_INFO = ("task", "metric", "num_classes", "num_nodes", "name")
 
 
 def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
@@ -44,8 +49,13 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
     rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
                    cache_dir=cache, overlap=d.overlap, forward_policy=fwd,
                    backward_policy=bwd, budget=budget_for(d, ctx.rank))  # fmt: skip
-    prep = prepared_cls(data, edges, rd.feat, rd.label, rd.masks, ctx.device, data.fingerprint(),
-                    name, {"native": rd.graph}, DistReducer(ctx, rd.train_total), ctx,
+    # the rank keeps its share only: the whole graph's features and edges (on the 200k preset
+    # about 0.75 GB in every rank) are let go, with what the run still reads of the dataset
+    info = types.SimpleNamespace(**{k: getattr(data, k) for k in _DATA_INFO})
+    none = torch.empty(0, dtype=torch.int64)
+    prep = prepared_cls(info, (none, none, edges[2]), rd.feat, rd.label, rd.masks, ctx.device,
+                    data.fingerprint(), name, {"native": rd.graph},
+                    DistReducer(ctx, rd.train_total), ctx,
                     {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
     prep.owned = rd.owned
     return prep

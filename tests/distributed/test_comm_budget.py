@@ -242,3 +242,16 @@ def test_the_codec_variance_model_is_the_codecs_variance():
             y = codec.decode(codec.encode(x), 120, 32, torch.float32)
             got += (y - x).double().square().sum(1)
         assert float(got.sum() / 150) == pytest.approx(float(pred.sum()), rel=0.05)
+
+
+def test_a_bad_budget_stops_the_launcher_before_any_worker(tmp_path):
+    from .test_distributed import dgl_rsc, write_config
+
+    for sec, message in (
+        ({"comm_budget": 1.5}, "distributed.comm_budget=1.5 is out of range"),
+        ({"boundary_sample": True}, "boundary_sample=true lets distributed.comm_budget"),
+    ):
+        cfg = write_config(tmp_path, distributed=sec)
+        proc = dgl_rsc(cfg, "--out", str(tmp_path / "out"), "--nproc", "2")
+        assert proc.returncode == 2 and message in proc.stderr
+        assert "Traceback" not in proc.stderr and "starting 2 workers" not in proc.stderr
