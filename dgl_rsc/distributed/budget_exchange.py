@@ -148,10 +148,15 @@ class BudgetedExchange(HaloExchange):
         return handle.sample if isinstance(handle, _Handle) else None
 
     # -- backward -------------------------------------------------------------------------
-    def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, ticket=None) -> torch.Tensor:
+    def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, ticket=None,
+                 reach=None) -> torch.Tensor:  # fmt: skip
+        """The base class's backward, each peer's rows cut by the budget. The reference of a
+        group is the rows the exact exchange sends: those ``reach()`` marks (the exact
+        product's non-zero halo rows), or the whole block without ``reach``."""
         t0 = time.perf_counter()
         slot = self._slot_of("backward")[1]
         layer = ticket.layer if ticket is not None else -1 - slot
+        reached = None if reach is None else reach()
         outgoing, bits, err = {}, {}, [0.0, 0.0, 0.0]
         for q in self.peers:
             lo, hi = self.offsets[q], self.offsets[q + 1]
@@ -162,7 +167,8 @@ class BudgetedExchange(HaloExchange):
             base, cand = (None, block) if cut is None else cut
             nz = torch.nonzero((cand != 0).any(dim=1)).squeeze(1)  # NaN != 0: a candidate
             rows = cand[nz]
-            ch = self.budget.plan("backward", layer, q, hi - lo, rows.detach())
+            plan_rows = hi - lo if reached is None else int(reached[lo:hi].sum())
+            ch = self.budget.plan("backward", layer, q, plan_rows, rows.detach())
             hs = sample_halo_rows(rows, ch.rows, self.generator)
             pos = nz[hs.rows] if base is None else base[nz[hs.rows]]
             outgoing[q], bits[q] = (pos.to(torch.int32), hs.values), ch.bits

@@ -157,12 +157,14 @@ class HaloExchange:
         return halo
 
     # -- backward -------------------------------------------------------------------------------
-    def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, ticket=None) -> torch.Tensor:
+    def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, ticket=None,
+                 reach=None) -> torch.Tensor:  # fmt: skip
         """Send the halo rows' gradient ``(n_halo, D)`` to their owners and add what the
         others send back to ``g_own (n_own, D)`` (in place); rows that are all zero stay
         home. A first round tells each owner how many rows follow and at which width.
-        ``ticket``: what :meth:`forward_sample` returned for this product's forward (unused
-        here). Returns ``g_own``."""
+        ``ticket``: what :meth:`forward_sample` returned for this product's forward;
+        ``reach``: a callable giving the ``(n_halo,)`` rows the exact product reaches (both
+        unused here: see :class:`~.budget_exchange.BudgetedExchange`). Returns ``g_own``."""
         t0 = time.perf_counter()
         policy = self.backward_policy
         outgoing = {}
