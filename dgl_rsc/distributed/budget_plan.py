@@ -63,7 +63,6 @@ class CommBudget:
         self.widths = {"forward": tuple(forward_bits), "backward": tuple(backward_bits)}
         self.boundary, self.fractions = tuple(boundary), tuple(fractions)
         self.interval, self.seed, self.rank = int(interval), int(seed), int(rank)
-        self.generator = torch.Generator().manual_seed(self.seed * 7919 + 104_729 * (rank + 1))
         self.reset()
 
     def reset(self, by_peer: Optional[dict] = None) -> None:
@@ -73,6 +72,7 @@ class CommBudget:
         self.tables: dict = {}
         self.refs: dict = {}  # key -> reference bytes per step
         self.alloc: dict = {}  # key -> Choice
+        self.offset: dict = {}  # key -> its allocated bytes over its share at the solve
         self.step, self.measuring = -1, False
         self.solves: list = []
         self.step_sent: list = []  # halo bytes this rank sent, per finished step
@@ -89,7 +89,7 @@ class CommBudget:
             self.step_sent.append(self._sent)
             self.step_ref.append(self._ref)
         self._sent = self._ref = 0
-        self._balance = 0.0  # bytes the prior choices of this step spent over their shares
+        self._balance = 0.0  # bytes the groups of this step spent over their allowances
         if self.measuring and self.tables:
             self.solve()
         self.step += 1
@@ -109,8 +109,33 @@ class CommBudget:
             self.tables[key] = self._measure(direction, key, rows)
         choice = self.alloc.get(key)
         if choice is None:
-            choice = self._prior(direction, plan_rows, rows.shape[0], width)
+            return self._prior(direction, plan_rows, rows.shape[0], width)
+        # the group's allowance: its share of this step's reference plus what the solve gave
+        # it over its share then (a backward group's reference moves with the rows the exact
+        # product reaches), less what earlier groups of the step spent over theirs
+        allowed = self.fraction * self.refs[key] + self.offset[key]
+        if direction == "backward":
+            choice = self._fit(choice, plan_rows, width, rows.shape[0], allowed - self._balance)
+        n = min(choice.rows, rows.shape[0])
+        self._balance += message_bytes(direction, n, plan_rows, width, choice.bits) - allowed
         return choice
+
+    @staticmethod
+    def _fit(choice: Choice, plan_rows: int, width: int, m: int, allowed: float) -> Choice:
+        """``choice`` with the most rows (up to its own, at least 1) whose backward message
+        fits ``allowed`` bytes."""
+        hi = max(min(choice.rows, m), 1)
+
+        def size(k):
+            return message_bytes("backward", k, plan_rows, width, choice.bits)
+
+        if size(hi) <= allowed:
+            return choice
+        lo = 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if size(mid) <= allowed else (lo, mid - 1)
+        return Choice(choice.bits, lo)
 
     def _measure(self, direction, key, rows):
         if direction == "forward":
@@ -169,6 +194,8 @@ class CommBudget:
                 budget, self.widths["forward"], self.widths["backward"], self.boundary, least,
             )  # fmt: skip
         self.alloc = {k: t.choices[c] for k, t, c in zip(keys, tables, picks)}
+        self.offset = {k: float(t.nbytes[c]) - self.fraction * self.refs[k]
+                       for k, t, c in zip(keys, tables, picks)}  # fmt: skip
         self.solves.append(self._summary(keys, tables, picks, budget, reference))
         del self.solves[:-MAX_LOG]
 
