@@ -217,7 +217,8 @@ def dist(name: str, keep=lambda row: True) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = {(r["config"], r["nproc"], r["method"], r["budget"], r.get("label", "")): r["exact"]
-            for r in d["rows"] if str(r["bits"]) == "32" and r["exact"]}  # fmt: skip
+            for r in d["rows"] if str(r["bits"]) == "32" and r["exact"]
+            and (r.get("comm_budget") or 1.0) >= 1.0}  # fmt: skip
     for r in filter(keep, d["rows"]):
         key = (r["config"], r["nproc"], r["method"], r["budget"])
         ref = base.get((*key, r.get("label", ""))) or base.get((*key, ""))
@@ -228,12 +229,93 @@ def dist(name: str, keep=lambda row: True) -> str:
             ratio = f"{_halo(x) / _halo(ref):.2f}" if ref and _halo(ref) else "-"
             out.append(
                 f"| {Path(r['config']).name} | {r['nproc']} | {r['method'] or '-'} "
-                f"| {r['bits'] or '-'}{f' ({lab})' if (lab := r.get('label')) else ''} "
+                f"| {_bits_cell(r)}{f' ({lab})' if (lab := r.get('label')) else ''} "
                 f"| {r['budget']} | {meth} "
                 f"| {x['test_mean']:.2f} ± {x['test_std']:.2f} "
                 f"| {x['epoch_ms']:.0f} | {_size(x.get('forward_halo_bytes'))} "
                 f"| {_size(x.get('backward_halo_bytes'))} | {_size(x.get('allreduce_bytes'))} "
                 f"| {ratio} | {_bits(x.get('bits'))} |"
+            )
+    return "\n".join(out)
+
+
+def _bits_cell(row: dict) -> str:
+    """The bits a row ran at, or its byte budget (``comm_budget`` below 1 picks the widths)."""
+    comm = row.get("comm_budget") or 1.0
+    return f"comm_budget {comm}" if comm < 1 else str(row["bits"] or "-")
+
+
+def dist_budget(name: str) -> str:
+    """tools/experiments/budget_bytes.py: launcher runs under ``distributed.comm_budget``
+    against an exact fp32 1D run of the same partition"""
+    d = _load(name)
+    m, ref = d["machine"], d["reference"]
+    out = [
+        f"{_where(m)}, {m['date']}, gloo over loopback. Runs: {d['run_commands']} Table: "
+        f"{_cmd(d)}. Halo bytes per epoch summed over ranks, mean over the run's epochs; worst "
+        "epoch: the largest epoch's halo bytes over exact fp32's. Test: best validation "
+        "epoch's, per seed.",
+        "",
+        "| run | epochs | fwd halo | bwd halo | halo vs exact fp32 | bwd vs exact fp32 "
+        "| worst epoch | test (seeds) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| exact fp32 1D | {ref['runs'][0]['epochs']} | {_size(ref['forward_bytes'])} "
+        f"| {_size(ref['backward_bytes'])} | 1.00 | 1.00 | 1.00 | "
+        + ", ".join(f"{100 * r['test']:.2f}" for r in ref["runs"] if r.get("test") is not None)
+        + " |",
+    ]
+    groups: dict = {}
+    for r in d["rows"]:
+        groups.setdefault((r["label"], r["epochs"]), []).append(r)
+    for (label, epochs), rows in groups.items():
+        v = [r["vs_exact"] for r in rows]
+        tests = ", ".join(f"{100 * r['test']:.2f}" for r in rows if r.get("test") is not None)
+        out.append(
+            f"| {label} | {epochs} | {_size(statistics.mean(r['forward_bytes'] for r in rows))} "
+            f"| {_size(statistics.mean(r['backward_bytes'] for r in rows))} "
+            f"| {max(x['halo'] for x in v):.3f} | {max(x['backward'] for x in v):.3f} "
+            f"| {max(x['halo_worst_epoch'] for x in v):.3f} | {tests or '-'} |"
+        )
+    return "\n".join(out)
+
+
+def dist_budget_small(name: str) -> str:
+    """tools/experiments/dist_sweep.py --comm-budgets: per graph and process count, exact
+    and RSC with and without a byte budget against exact fp32 1D"""
+    d = _load(name)
+    m = d["machine"]
+    out = [
+        f"{_where(m)}, {m['date']}, gloo over loopback. Command: {_cmd(d)} (and the same "
+        "for each config). Halo bytes per epoch summed over ranks (RSC: its approximate "
+        "phase) over exact fp32 1D's; worst step: the budget's largest step over the "
+        "reference; test mean ± std over the seeds, and its difference to exact fp32 1D's.",
+        "",
+        "| config | P | method | comm_budget | test | vs exact fp32 | halo vs exact fp32 "
+        "| bwd vs exact fp32 | worst step |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    base = {(r["config"], r["nproc"]): r["exact"] for r in d["rows"]
+            if r["nproc"] > 1 and (r.get("comm_budget") or 1.0) >= 1.0}  # fmt: skip
+    for r in sorted(
+        d["rows"], key=lambda r: (r["config"], r["nproc"], -(r.get("comm_budget") or 1))
+    ):
+        ref = base.get((r["config"], r["nproc"]))
+        if r["nproc"] < 2 or not ref:
+            continue
+        for meth in ("exact", "rsc"):
+            x = r[meth]
+            if not x:
+                continue
+            cb = x.get("comm_budget") or {}
+            worst = cb.get("sent_fraction_max")
+            out.append(
+                f"| {Path(r['config']).name} | {r['nproc']} | {meth} "
+                f"| {r.get('comm_budget') or 1.0} "
+                f"| {x['test_mean']:.2f} ± {x['test_std']:.2f} "
+                f"| {x['test_mean'] - ref['test_mean']:+.2f} "
+                f"| {_halo(x) / _halo(ref):.3f} "
+                f"| {x['backward_halo_bytes'] / ref['backward_halo_bytes']:.3f} "
+                f"| {'-' if worst is None else f'{worst:.3f}'} |"
             )
     return "\n".join(out)
 

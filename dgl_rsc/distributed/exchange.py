@@ -157,13 +157,16 @@ class HaloExchange:
         return halo
 
     # -- backward -------------------------------------------------------------------------------
-    def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor) -> torch.Tensor:
+    def backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, ticket=None,
+                 reach=None) -> torch.Tensor:  # fmt: skip
         """Send the halo rows' gradient ``(n_halo, D)`` to their owners and add what the
         others send back to ``g_own (n_own, D)`` (in place); rows that are all zero stay
         home. A first round tells each owner how many rows follow and at which width.
-        Returns ``g_own``."""
+        ``ticket``: what :meth:`forward_sample` returned for this product's forward;
+        ``reach``: a callable giving the ``(n_halo,)`` rows the exact product reaches (both
+        unused here: see :class:`~.budget_exchange.BudgetedExchange`). Returns ``g_own``."""
         t0 = time.perf_counter()
-        width, dev, policy = g_halo.shape[1], g_own.device, self.backward_policy
+        policy = self.backward_policy
         outgoing = {}
         for q in self.peers:
             lo, hi = self.offsets[q], self.offsets[q + 1]
@@ -172,6 +175,17 @@ class HaloExchange:
                 rows = torch.nonzero((block != 0).any(dim=1)).squeeze(1)  # NaN != 0: sent
                 outgoing[q] = (rows.to(torch.int32), block[rows])
         bits = policy.choose(self._slot_of("backward"), {q: v for q, (_, v) in outgoing.items()})
+        self.send_back(outgoing, bits, g_own, policy.generator)
+        self.timings["backward"] += time.perf_counter() - t0
+        return g_own
+
+    def send_back(self, outgoing: dict, bits: dict, g_own: torch.Tensor, generator=None,
+                  layer=None) -> dict:  # fmt: skip
+        """The backward's two rounds: ``outgoing[q] = (rows (K,) int32 positions in q's
+        halo block, values (K, D))`` go to rank ``q`` at ``bits[q]``; what the others send
+        is added to ``g_own`` at their rows. Counted as ``backward_halo`` (per peer under
+        ``layer`` when given). Returns the bytes sent to each peer."""
+        dev, width = g_own.device, g_own.shape[1]
         # round 1: how many rows each peer sends, and at which width
         heads = {q: torch.zeros(2, dtype=torch.int64, device=dev)
                  for q in self.peers if self.send_idx[q].numel()}  # fmt: skip
@@ -181,12 +195,12 @@ class HaloExchange:
         }, "the backward halo counts")  # fmt: skip
         # round 2: the rows (an index and the payload)
         tag2 = self._next_tag()
-        works, peers, recv, keep = [], [], {}, []
-        sent = received = 0
+        works, peers, recv, keep, sent = [], [], {}, [], {}
+        received = 0
         for q, buf in heads.items():
             n, b = (int(v) for v in buf.tolist())
             if n:
-                codec = codec_for(b, policy.generator)
+                codec = codec_for(b, generator)
                 idx = torch.empty(n, dtype=torch.int32, device=dev)
                 pay = torch.empty(codec.nbytes(n, width), dtype=torch.uint8, device=dev)
                 works += [dist.irecv(idx, src=q, tag=tag2), dist.irecv(pay, src=q, tag=tag2)]
@@ -195,18 +209,26 @@ class HaloExchange:
                 received += idx.numel() * 4 + pay.numel()
         for q, (rows, vals) in outgoing.items():
             if rows.numel():
-                payload = codec_for(bits[q], policy.generator).encode(vals)
+                payload = codec_for(bits[q], generator).encode(vals)
                 keep += [rows, payload]
                 works += [dist.isend(rows, dst=q, tag=tag2), dist.isend(payload, dst=q, tag=tag2)]
                 peers += [q, q]
-                sent += rows.numel() * 4 + payload.numel()
+                sent[q] = rows.numel() * 4 + payload.numel()
         wait_all(works, self.ctx, "the backward halo exchange", peers)
-        self.ctx.bytes.add("backward_halo", sent=sent, received=received, messages=len(works))
+        self.ctx.bytes.add("backward_halo", sent=sum(sent.values()), received=received,
+                           messages=len(works))  # fmt: skip
+        if layer is not None:
+            for q, nbytes in sent.items():
+                self.ctx.bytes.add_peer("backward_halo", layer, q, sent=nbytes)
         for q, (idx, pay, n, codec) in recv.items():
             rows = self.send_idx[q][idx.long()]
             g_own.index_add_(0, rows, codec.decode(pay, n, width, g_own.dtype))
-        self.timings["backward"] += time.perf_counter() - t0
-        return g_own
+        return sent
+
+    def forward_sample(self, handle):
+        """What the backward of the forward ``handle`` needs to know of it (``None`` here:
+        every halo row arrived; see :class:`~.budget_exchange.BudgetedExchange`)."""
+        return None
 
     def exchange_once(self, x_own: torch.Tensor, kind: str) -> torch.Tensor:
         """Forward exchange without overlap: ``(n_halo, D)`` halo rows."""

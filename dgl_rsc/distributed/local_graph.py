@@ -21,6 +21,7 @@ them to score rows of the normalized matrix.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Optional
 
@@ -28,12 +29,12 @@ import torch
 
 from ..core.backward import feature_grad
 from ..sparse.csr import CSR
-from ..sparse.products import Scales, csr_mm
+from ..sparse.products import Scales, csr_mm, csr_t_mm
 from .exchange import HaloExchange
 from .halo import LocalPartition
 from .runtime import DistContext
 
-__all__ = ["LocalGraph", "HaloSpMM"]
+__all__ = ["LocalGraph", "HaloSpMM", "halo_reach"]
 
 
 def _row_block(A: CSR, r0: int, r1: int, ncols: int) -> CSR:
@@ -137,17 +138,15 @@ class HaloSpMM(torch.autograd.Function):
         nc = graph.part.n_central
         rows_c = None if row is None else row[:nc]
         rows_m = None if row is None else row[nc:]
-        if graph.overlap:
-            handle = ex.start_forward(x_own, kind)
-            t0 = time.perf_counter()
-            y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
-            ex.timings["forward_central"] += time.perf_counter() - t0
+        handle = ex.start_forward(x_own, kind)
+        if not graph.overlap:
             halo = ex.finish_forward(handle)
-        else:
-            halo = ex.exchange_once(x_own, kind)
-            t0 = time.perf_counter()
-            y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
-            ex.timings["forward_central"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        y_c = csr_mm(graph.central, x_own, Scales(rows_c, None, row_divide))
+        ex.timings["forward_central"] += time.perf_counter() - t0
+        if graph.overlap:
+            halo = ex.finish_forward(handle)
+        ctx.ticket = ex.forward_sample(handle)  # what the backward sends follows the forward
         t0 = time.perf_counter()
         x_local = torch.cat([x_own, halo])
         y_m = csr_mm(graph.marginal, x_local, Scales(rows_m, None, row_divide))
@@ -165,5 +164,16 @@ class HaloSpMM(torch.autograd.Function):
         dx_local = feature_grad(ctx.state, A, dY, scales)  # the operator's one backward
         n_own = graph.part.n_own
         g_own = dx_local[:n_own].clone()
-        graph.exchange.backward(dx_local[n_own:], g_own)
+        reach = functools.partial(halo_reach, graph, dY)  # asked for by a byte budget only
+        graph.exchange.backward(dx_local[n_own:], g_own, ctx.ticket, reach=reach)
         return g_own, None, None, None, None, None, None
+
+
+def halo_reach(graph: LocalGraph, dY: torch.Tensor) -> torch.Tensor:
+    """``(n_halo,)`` bool: the halo columns to which the *exact* backward product gives a
+    non-zero row (an in-edge from a row whose gradient ``dY (n_own, D)`` is not all zero),
+    which the exact exchange sends back: the reference of a byte budget. One product of
+    the marginal rows with a column vector."""
+    nc, n_own = graph.part.n_central, graph.part.n_own
+    hit = (dY[nc:] != 0).any(dim=1, keepdim=True).to(torch.float32)
+    return csr_t_mm(graph.marginal, hit)[n_own:, 0] > 0

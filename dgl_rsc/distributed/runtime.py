@@ -50,6 +50,7 @@ class ByteCounter:
         self._sent = defaultdict(int)
         self._received = defaultdict(int)
         self._messages = defaultdict(int)
+        self._peers = defaultdict(lambda: [0, 0])  # (kind, layer, peer) -> [sent, received]
 
     def add(self, kind: str, sent: int = 0, received: int = 0, messages: int = 1) -> None:
         if kind not in MESSAGE_KINDS:
@@ -57,6 +58,19 @@ class ByteCounter:
         self._sent[kind] += int(sent)
         self._received[kind] += int(received)
         self._messages[kind] += int(messages)
+
+    def add_peer(self, kind: str, layer, peer: int, sent: int = 0, received: int = 0) -> None:
+        """Bytes of one message kind, layer and peer, on top of :meth:`add`'s totals (the
+        byte budget reports them: :mod:`dgl_rsc.distributed.budget_plan`)."""
+        if kind not in MESSAGE_KINDS:
+            raise ValueError(f"unknown message kind {kind!r}; known: {', '.join(MESSAGE_KINDS)}.")
+        acc = self._peers[(kind, layer, int(peer))]
+        acc[0] += int(sent)
+        acc[1] += int(received)
+
+    def by_peer(self) -> dict:
+        """``{(kind, layer, peer): (sent, received)}`` so far, of what :meth:`add_peer` got."""
+        return {k: tuple(v) for k, v in self._peers.items()}
 
     def snapshot(self) -> dict:
         """``{kind: {"sent", "received", "messages"}}`` so far (plain ints)."""

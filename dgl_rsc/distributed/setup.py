@@ -54,9 +54,10 @@ class RankData:
 
 def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis",
               seed: int = 0, cache_dir: Optional[str] = None, overlap: bool = True,
-              forward_policy=None, backward_policy=None) -> RankData:  # fmt: skip
+              forward_policy=None, backward_policy=None, budget=None) -> RankData:  # fmt: skip
     """Partition ``edges = (src, dst, N)`` of ``data`` (a :class:`~dgl_rsc.data.GraphData`)
-    into ``parts`` and build this rank's :class:`RankData`.
+    into ``parts`` and build this rank's :class:`RankData` (its exchange under ``budget``, a
+    :class:`~dgl_rsc.distributed.budget_plan.CommBudget`, when given).
 
     Raises:
         ConfigError: ``parts`` differs from the world size or exceeds the node count, or a
@@ -88,7 +89,12 @@ def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis
         )
     lp = build_local(src, dst, n, part, ctx.rank, parts)
     dev = ctx.device
-    exchange = HaloExchange(lp, ctx, forward_policy, backward_policy)
+    if budget is None:
+        exchange = HaloExchange(lp, ctx, forward_policy, backward_policy)
+    else:
+        from .budget_exchange import BudgetedExchange
+
+        exchange = BudgetedExchange(lp, ctx, budget, forward_policy, backward_policy)
     graph = LocalGraph(lp, ctx, exchange, overlap=overlap)
     owned = lp.owned
     masks = {s: getattr(data, f"{s}_mask")[owned].to(dev) for s in ("train", "val", "test")}

@@ -5,6 +5,7 @@ seconds) recorded with the epoch."""
 from __future__ import annotations
 
 import os
+import types
 from typing import Optional
 
 import torch
@@ -15,11 +16,16 @@ from .outputs import PARTITION_CACHE
 __all__ = [
     "prepare_rank",
     "policies_for",
+    "budget_for",
     "start_run",
     "traffic_now",
     "epoch_traffic",
     "dist_summary",
 ]
+
+
+#: what a distributed run reads of the dataset after its rank's share is built
+_DATA_INFO = ("task", "metric", "num_classes", "num_nodes", "name")
 
 
 def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
@@ -42,9 +48,14 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
     fwd, bwd = policies_for(d, ctx)
     rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
                    cache_dir=cache, overlap=d.overlap, forward_policy=fwd,
-                   backward_policy=bwd)  # fmt: skip
-    prep = prepared_cls(data, edges, rd.feat, rd.label, rd.masks, ctx.device, data.fingerprint(),
-                    name, {"native": rd.graph}, DistReducer(ctx, rd.train_total), ctx,
+                   backward_policy=bwd, budget=budget_for(d, ctx.rank))  # fmt: skip
+    # the rank keeps its share only: the whole graph's features and edges (on the 200k preset
+    # about 0.75 GB in every rank) are let go, with what the run still reads of the dataset
+    info = types.SimpleNamespace(**{k: getattr(data, k) for k in _DATA_INFO})
+    none = torch.empty(0, dtype=torch.int64)
+    prep = prepared_cls(info, (none, none, edges[2]), rd.feat, rd.label, rd.masks, ctx.device,
+                    data.fingerprint(), name, {"native": rd.graph},
+                    DistReducer(ctx, rd.train_total), ctx,
                     {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
     prep.owned = rd.owned
     return prep
@@ -71,12 +82,36 @@ def policies_for(d, ctx) -> tuple:
     return BitPolicy(d.forward_bits, **kw), BitPolicy(d.backward_bits, **kw)
 
 
+def budget_for(d, rank: int):
+    """The rank's :class:`~dgl_rsc.distributed.budget_plan.CommBudget` for the section ``d``,
+    or ``None`` where nothing is budgeted or sampled (``comm_budget`` 1.0, no fixed boundary
+    rate): a width given for a direction is its only one, ``adaptive`` lets the budget pick
+    among 32 bits and ``adaptive_bits``."""
+    fixed_rate = not isinstance(d.boundary_sample, bool)
+    if d.comm_budget >= 1.0 and not fixed_rate:
+        return None
+    from ..distributed.budget_plan import CommBudget
+    from ..distributed.comm_budget import FRACTIONS
+
+    def widths(spec):
+        if spec != "adaptive":
+            return (spec,)
+        return tuple(sorted({32, *d.adaptive_bits}, reverse=True))
+
+    rates = {False: (1.0,), True: FRACTIONS}.get(d.boundary_sample, (d.boundary_sample,))
+    return CommBudget(d.comm_budget, widths(d.forward_bits), widths(d.backward_bits), rates,
+                      interval=d.adaptive_interval, seed=d.seed, rank=rank)  # fmt: skip
+
+
 def start_run(prep) -> None:
-    """A new run on the same local graph: its bit-width choices and reports start afresh."""
+    """A new run on the same local graph: its bit-width choices, byte budget and reports
+    start afresh."""
     if prep.dist is not None:
         ex = prep.graph("native").exchange
         ex.forward_policy.reset()
         ex.backward_policy.reset()
+        if getattr(ex, "budget", None) is not None:
+            ex.budget.reset(prep.dist.bytes.by_peer())
 
 
 def traffic_now(prep):
@@ -111,6 +146,15 @@ def dist_summary(prep) -> Optional[dict]:
     if prep.dist is None:
         return None
     ex = prep.graph("native").exchange
-    return {"world_size": prep.dist.world_size, "partition": prep.partition,
-            "forward_bits": ex.forward_policy.report(),
-            "backward_bits": ex.backward_policy.report()}  # fmt: skip
+    out = {"world_size": prep.dist.world_size, "partition": prep.partition,
+           "forward_bits": ex.forward_policy.report(),
+           "backward_bits": ex.backward_policy.report()}  # fmt: skip
+    if getattr(ex, "budget", None) is not None:  # every rank's, gathered (all ranks call this)
+        import torch.distributed as dist
+
+        from ..distributed.budget_plan import combine_reports
+
+        reports = [None] * prep.dist.world_size
+        dist.all_gather_object(reports, ex.budget.report(prep.dist.bytes.by_peer()))
+        out["comm_budget"] = combine_reports(reports)
+    return out

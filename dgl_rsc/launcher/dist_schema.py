@@ -20,6 +20,11 @@
       calibrate: false       # adaptive: measure the alpha-beta cost model at start-up
       cost_alpha: null       # or give it: seconds per message ...
       cost_beta: null        # ... and seconds per byte (default 5e-5 s, 1e-9 s/byte)
+      comm_budget: 1.0       # halo bytes per step over the exact fp32 1D exchange's, in (0, 1]:
+                             # below 1, the widths and the backward halo sample are allocated
+                             # per layer, direction and peer (dgl_rsc.distributed.comm_budget)
+      boundary_sample: false # forward boundary sampling (BNS-GCN): true lets the budget pick
+                             # the rate, a number in (0, 1] fixes it
 
 ``distributed: null`` (the default) trains on one process.
 """
@@ -67,6 +72,8 @@ class DistConfig:
     calibrate: bool = False
     cost_alpha: Optional[float] = None
     cost_beta: Optional[float] = None
+    comm_budget: float = 1.0
+    boundary_sample: object = False
 
     def to_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -107,6 +114,7 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
         "cost_beta": Rule(float, 0.0, 1.0, optional=True),  # seconds per byte
     }
     out = {k: check_value(f"distributed.{k}", v, rules[k]) for k, v in sec.items() if k in rules}
+    out.update(_budget_keys(sec, check_value, Rule))
     for key in ("halo_bits", "forward_bits", "backward_bits"):
         if key in sec:
             value = sec[key]
@@ -133,9 +141,43 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
                 "from 2, 4, 8, 16, 32."
             )
         out["adaptive_bits"] = tuple(int(b) for b in widths)
+    if out.get("comm_budget", 1.0) < 1.0:  # the budget picks the widths not given
+        for key in ("forward_bits", "backward_bits"):
+            out.setdefault(key, "adaptive")
     if model.get("batch_norm"):
         raise ConfigError(
             "model.batch_norm=true cannot train distributed: the batch statistics would be "
             "per partition. Use batch_norm: false (or a model with layer normalization)."
         )
     return DistConfig(**out)
+
+
+def _budget_keys(sec: dict, check_value, Rule) -> dict:
+    """``comm_budget`` in (0, 1] and ``boundary_sample`` (false, true, or a rate in (0, 1];
+    ``true`` needs a budget below 1 to choose the rate under)."""
+    out = {}
+    if "comm_budget" in sec:
+        try:
+            out["comm_budget"] = check_value("distributed.comm_budget", sec["comm_budget"],
+                                             Rule(float, 0.0, 1.0, lo_open=True))  # fmt: skip
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} It is the fraction of the exact fp32 halo bytes a "
+                              "training step may send (1.0: no budget).") from None  # fmt: skip
+    if "boundary_sample" in sec:
+        value = sec["boundary_sample"]
+        if not isinstance(value, bool):
+            try:
+                value = check_value("distributed.boundary_sample", value,
+                                    Rule(float, 0.0, 1.0, lo_open=True))  # fmt: skip
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} (or true to let distributed.comm_budget pick the "
+                                  "rate, false for no forward sample)") from None  # fmt: skip
+            value = False if value == 1.0 else value
+        if value is True and out.get("comm_budget", 1.0) >= 1.0:
+            raise ConfigError(
+                "distributed.boundary_sample=true lets distributed.comm_budget choose the "
+                "forward sampling rate, but comm_budget is 1.0 (no budget): set comm_budget "
+                "below 1 (e.g. 0.2), or give a fixed rate (e.g. boundary_sample: 0.5)."
+            )
+        out["boundary_sample"] = value
+    return out

@@ -17,6 +17,7 @@ import yaml
 from dgl_rsc.sparse.csr import CSR
 
 from ..proc import run as run_cmd
+from ..workers.halo_problem import halo_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "CI": "1"}
@@ -32,12 +33,7 @@ def torchrun(nproc: int, *args, timeout=240) -> subprocess.CompletedProcess:
 def test_halo_product_equals_the_global_product(tmp_path, mode):
     proc = torchrun(2, str(ROOT / "tests" / "workers" / "worker_product.py"), str(tmp_path), mode)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    g = torch.Generator().manual_seed(0)
-    n = 300
-    src = torch.randint(0, n, (2400,), generator=g)
-    dst = torch.randint(0, n, (2400,), generator=g)
-    x, gy = torch.randn(n, 5, generator=g), torch.randn(n, 5, generator=g)
-    row = torch.rand(n, generator=g) + 0.5
+    src, dst, n, x, gy, row = halo_problem(5)
     A = CSR.from_coo(dst, src, None, (n, n)).to_dense() * row[:, None]
     y_ref, g_ref = A @ x, A.t() @ gy
     y, grad = torch.zeros(n, 5), torch.zeros(n, 5)

@@ -10,6 +10,7 @@ import os
 import sys
 
 import torch
+from halo_problem import halo_problem
 from leave import leave
 
 from dgl_rsc import RSCController
@@ -23,16 +24,10 @@ from dgl_rsc.distributed.runtime import init_from_env
 out_dir, mode = sys.argv[1], sys.argv[2]
 torch.set_num_threads(1)
 ctx = init_from_env("gloo", "cpu", 60)
-g = torch.Generator().manual_seed(0)
-n = 300
-src = torch.randint(0, n, (2400,), generator=g)
-dst = torch.randint(0, n, (2400,), generator=g)
+src, dst, n, x, gy, row = halo_problem(5)
 part = partition_nodes(src, dst, n, ctx.world_size, "metis", 0)
 lp = build_local(src, dst, n, part, ctx.rank, ctx.world_size)
 graph = LocalGraph(lp, ctx, HaloExchange(lp, ctx), overlap=True)
-x = torch.randn(n, 5, generator=g)
-gy = torch.randn(n, 5, generator=g)
-row = torch.rand(n, generator=g) + 0.5
 x_own = x[lp.owned].clone().requires_grad_()
 if mode == "exact":
     state_for = lambda A: None  # noqa: E731

@@ -11,7 +11,11 @@ same seeds; ``--nproc 1`` runs the config on one process) and reads from ``resul
   epoch but the first;
 - the epoch time (mean over the same epochs) and the exchange's per-phase seconds per epoch
   (posting, central rows, waiting, marginal rows, backward; mean over ranks);
-- the bit-width histogram and measured codec error of the halo messages.
+- the bit-width histogram and measured codec error of the halo messages;
+- under ``distributed.comm_budget`` (``--comm-budgets``): the halo bytes over the reference
+  (mean and worst step) and, per layer and direction, the bytes fraction and the estimated
+  and measured relative errors of the messages (``--bits 32``, the default, then leaves the
+  widths to the budget; another width pins them).
 
 Example::
 
@@ -22,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -75,22 +80,35 @@ def method_row(res: dict, method: str) -> dict:
     reports = [r.get("distributed") for r in runs if r.get("distributed")]
     if reports:
         out["bits"] = {d: reports[0][f"{d}_bits"] for d in ("forward", "backward")}
+        budgets = [d["comm_budget"] for d in reports if d.get("comm_budget")]
+        if budgets:
+            out["comm_budget"] = {
+                "sent_fraction_mean": _mean(b["sent_fraction_mean"] for b in budgets),
+                "sent_fraction_max": max(b["sent_fraction_max"] for b in budgets),
+                "by_slot": {s: {k: _mean(b["by_slot"][s][k] for b in budgets)
+                                for k in ("fraction", "estimated_error", "measured_error")}
+                            for s in budgets[0]["by_slot"]},
+            }  # fmt: skip
     return out
 
 
-def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None, label="") -> dict:
+def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None, label="",
+             comm=1.0) -> dict:  # fmt: skip
     name = os.path.splitext(os.path.basename(config))[0]
-    tail = f"-{label}" if label else ""
+    tail = (f"-comm{comm}" if comm < 1 else "") + (f"-{label}" if label else "")
     out = os.path.join(runs_dir, f"{name}-p{nproc}-{method}-{bits}b-rsc{budget}{tail}")
     cmd = [sys.executable, "-m", "dgl_rsc", "run", config, "--out", out, "--force",
            "--no-progress", "--set", f"rsc.budget={budget}", "--set", "compare=true",
            "--set", "train.stock_baseline=false"]  # fmt: skip
     if nproc > 1:
         cmd += ["--nproc", str(nproc), "--set", f"distributed.partitions={nproc}",
-                "--set", f"distributed.method={method}",
-                "--set", f"distributed.halo_bits={bits}"]  # fmt: skip
+                "--set", f"distributed.method={method}"]  # fmt: skip
+        if comm >= 1 or str(bits) != "32":  # under a byte budget, 32 lets it pick the widths
+            cmd += ["--set", f"distributed.halo_bits={bits}"]
         if cache:
             cmd += ["--set", f"distributed.partition_cache={cache}"]
+        if comm < 1:
+            cmd += ["--set", f"distributed.comm_budget={comm}"]
     cmd += extra
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -100,6 +118,7 @@ def run_cell(config, nproc, method, bits, budget, runs_dir, extra, cache=None, l
     return {
         "config": config, "label": label, "nproc": nproc, "method": method if nproc > 1 else None,
         "bits": bits if nproc > 1 else None, "budget": budget, "metric": res["metric"],
+        "comm_budget": comm if nproc > 1 else None,
         "exact": method_row(res, "exact"), "rsc": method_row(res, "rsc"), "out": out,
     }  # fmt: skip
 
@@ -110,7 +129,8 @@ def _fmt_bytes(x):
 
 def print_row(row):
     head = (f"{os.path.basename(row['config']):<26} P={row['nproc']} {row['method'] or '-':<7} "
-            f"bits={row['bits'] or '-':<8} b={row['budget']} {row.get('label', '')}")  # fmt: skip
+            f"bits={row['bits'] or '-':<8} b={row['budget']} comm={row.get('comm_budget')} "
+            f"{row.get('label', '')}")  # fmt: skip
     for m in ("exact", "rsc"):
         r = row[m]
         print(f"{head} {m:<5} test {r['test_mean']:6.2f} ± {r['test_std']:4.2f} "
@@ -126,6 +146,13 @@ def main():
     p.add_argument("--methods", nargs="+", default=["metis"])
     p.add_argument("--bits", nargs="+", default=["32"], help="32 16 8 4 2 adaptive")
     p.add_argument("--budgets", type=float, nargs="+", default=[0.1])
+    p.add_argument(
+        "--comm-budgets",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="distributed.comm_budget values (1.0: no byte budget)",
+    )
     p.add_argument("--set", dest="sets", action="append", default=[], help="extra --set")
     p.add_argument("--runs", default="runs/dist_sweep", help="where the launcher runs write")
     p.add_argument("--partition-cache", default=None, help="partitions shared by the cells")
@@ -137,17 +164,19 @@ def main():
     if os.path.exists(args.out):  # a sweep that was interrupted continues where it stopped
         with open(args.out, encoding="utf-8") as f:
             result["rows"] = json.load(f).get("rows", [])
-    done = {(r["config"], r["nproc"], r["method"], r["bits"], r["budget"], r.get("label", ""))
-            for r in result["rows"]}  # fmt: skip
+    done = {(r["config"], r["nproc"], r["method"], r["bits"], r["budget"], r.get("label", ""),
+             r.get("comm_budget") or 1.0) for r in result["rows"]}  # fmt: skip
     for config in args.configs:
         for nproc in args.nproc:
             for method in args.methods if nproc > 1 else [None]:
                 for bits in args.bits if nproc > 1 else [None]:
-                    for b in args.budgets:
-                        if (config, nproc, method, bits, b, args.label) in done:
+                    for b, comm in itertools.product(args.budgets, args.comm_budgets):
+                        comm = comm if nproc > 1 else 1.0
+                        if (config, nproc, method, bits, b, args.label, comm) in done:
                             continue
+                        done.add((config, nproc, method, bits, b, args.label, comm))
                         row = run_cell(config, nproc, method, bits, b, args.runs, extra,
-                                       args.partition_cache, args.label)  # fmt: skip
+                                       args.partition_cache, args.label, comm)  # fmt: skip
                         result["rows"].append(row)
                         write_json(args.out, result)
                         print_row(row)
