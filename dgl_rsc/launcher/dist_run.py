@@ -19,14 +19,14 @@ __all__ = [
     "traffic_now",
     "epoch_traffic",
     "dist_summary",
+    "run_bytes",
 ]
 
 
 def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
     """This rank's share of the experiment (the process group is joined here)."""
-    from ..distributed.reduce import DistReducer
+    from ..distributed.algorithms import build_rank
     from ..distributed.runtime import init_from_env, launched_by_torchrun
-    from ..distributed.setup import rank_data
 
     d = cfg.distributed
     if not launched_by_torchrun():
@@ -40,13 +40,13 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
     default = os.path.join(out_dir, PARTITION_CACHE) if out_dir else None
     cache = d.partition_cache or default
     fwd, bwd = policies_for(d, ctx)
-    rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
-                   cache_dir=cache, overlap=d.overlap, forward_policy=fwd,
-                   backward_policy=bwd)  # fmt: skip
+    share = build_rank(d, data, edges, ctx, parts=parts, cache_dir=cache,  # 1d or 1.5d
+                       forward_policy=fwd, backward_policy=bwd)  # fmt: skip
+    rd = share.data
     prep = prepared_cls(data, edges, rd.feat, rd.label, rd.masks, ctx.device, data.fingerprint(),
-                    name, {"native": rd.graph}, DistReducer(ctx, rd.train_total), ctx,
+                    name, {"native": rd.graph}, share.reducer, ctx,
                     {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
-    prep.owned = rd.owned
+    prep.owned, prep.share = rd.owned, share
     return prep
 
 
@@ -77,6 +77,7 @@ def start_run(prep) -> None:
         ex = prep.graph("native").exchange
         ex.forward_policy.reset()
         ex.backward_policy.reset()
+        prep.share.reset()
 
 
 def traffic_now(prep):
@@ -107,10 +108,28 @@ def epoch_traffic(prep, before) -> dict:
     return {"bytes": per_rank_bytes, "timings": per_rank_times}
 
 
-def dist_summary(prep) -> Optional[dict]:
+def dist_summary(prep, history: Optional[list] = None) -> Optional[dict]:
+    """The run's distributed record: world, partition, bit widths, the algorithm and its
+    grid, and the bytes by message kind over ``history`` (:func:`run_bytes`)."""
     if prep.dist is None:
         return None
     ex = prep.graph("native").exchange
     return {"world_size": prep.dist.world_size, "partition": prep.partition,
             "forward_bits": ex.forward_policy.report(),
-            "backward_bits": ex.backward_policy.report()}  # fmt: skip
+            "backward_bits": ex.backward_policy.report(),
+            **prep.share.summary(), "bytes": run_bytes(history)}  # fmt: skip
+
+
+def run_bytes(history: Optional[list]) -> Optional[dict]:
+    """Bytes sent by message kind over a run's epochs (``history``, each with its ``dist``
+    record): ``{"total": {kind: all ranks, all epochs}, "per_rank_epoch": [per rank {kind:
+    mean per epoch}]}``, or ``None`` without history."""
+    epochs = [h["dist"]["bytes"] for h in history or () if h.get("dist")]
+    if not epochs:
+        return None
+    kinds = list(epochs[0][0])
+    ranks = range(len(epochs[0]))
+    per_rank = [{k: sum(e[r][k]["sent"] for e in epochs) / len(epochs) for k in kinds}
+                for r in ranks]  # fmt: skip
+    total = {k: sum(e[r][k]["sent"] for e in epochs for r in ranks) for k in kinds}
+    return {"total": total, "per_rank_epoch": per_rank}
