@@ -12,8 +12,9 @@ the part of ``Y_i = sum_j A_ij X_j`` over the column blocks it handles (``j % c 
   kind ``replica_reduce``; ``eval_replica`` without gradients), so every replica holds ``Y_i``;
 - backward: every replica holds the same ``dY_i`` and computes ``A_ij^T dY_i`` for its blocks
   (RSC's sampled product on the rank's local matrix); the halo rows' gradients go back to
-  replica ``k`` of block ``j`` (``backward_halo``: the 1D exchange, where the byte budget's
-  halo sample acts for both algorithms), and the gradient of ``X_i`` is summed over the
+  replica ``k`` of block ``j`` (``backward_halo``, through
+  :meth:`~.local_graph.LocalGraph.halo_backward`: the one seam where a halo sample under a
+  byte budget acts, for both algorithms), and the gradient of ``X_i`` is summed over the
   replica group (``replica_grad``), so every replica holds ``dX_i``.
 
 With ``c = 1`` both sums are the identity and the product is the 1D product.

@@ -125,6 +125,14 @@ class LocalGraph:
                              hint_local, kind)  # fmt: skip
         return out.reshape((out.shape[0],) + tuple(feat.shape[1:]))
 
+    def halo_backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, state) -> None:
+        """The backward halo message of one product, 1D and 1.5D alike: the halo rows'
+        gradient ``g_halo (n_halo, D)`` (rows ``halo_offsets[q]:halo_offsets[q + 1]`` belong
+        to rank ``q``) goes to the owners, and what the others send is added to ``g_own
+        (n_own, D)`` in place. ``state``: the product's RSC slot (or ``None``). The seam
+        where what travels backward is chosen (a halo sample under a byte budget)."""
+        self.exchange.backward(g_halo, g_own)
+
 
 class HaloSpMM(torch.autograd.Function):
     """``Y_own = diag(r) A_local [X_own; X_halo]`` with the halo exchanged (see
@@ -165,5 +173,5 @@ class HaloSpMM(torch.autograd.Function):
         dx_local = feature_grad(ctx.state, A, dY, scales)  # the operator's one backward
         n_own = graph.part.n_own
         g_own = dx_local[:n_own].clone()
-        graph.exchange.backward(dx_local[n_own:], g_own)
+        graph.halo_backward(dx_local[n_own:], g_own, ctx.state)
         return g_own, None, None, None, None, None, None

@@ -132,17 +132,18 @@ def main():
     p.add_argument("--out", required=True)
     args = p.parse_args()
     extra = [x for s in args.sets for x in ("--set", s)]
-    result = {"machine": machine("cpu"), "command": " ".join(sys.argv), "kinds": list(KINDS),
-              "rows": []}  # fmt: skip
+    result = {"machine": machine("cpu"), "kinds": list(KINDS), "rows": []}
     if os.path.exists(args.out):  # an interrupted sweep continues where it stopped
         with open(args.out, encoding="utf-8") as f:
             result["rows"] = json.load(f).get("rows", [])
+    command = " ".join(sys.argv)
     done = {(r["config"], r["nproc"], r["replication"]) for r in result["rows"]}
     for config in args.configs:
         for c in args.replication:
             if (config, args.nproc, c) in done:
                 continue
             row = run_cell(config, args.nproc, c, args.epochs, args.runs, extra)
+            row.update(command=command, machine=machine("cpu"))  # each row: when, how
             result["rows"].append(row)
             write_json(args.out, result)
             print_row(row)
