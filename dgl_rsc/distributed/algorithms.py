@@ -91,7 +91,7 @@ def rank_data_15d(data, edges, ctx: DistContext, *, replication: int, parts: int
     rd = owned_rows(data, graph, quality, path)
     log.info("rank %d: block %d of %d (replica %d of %d), %d rows, %d halo, %d local edges",
              ctx.rank, grid.block_of(ctx.rank), grid.blocks, grid.replica_of(ctx.rank),
-             replication, plan.n_own, plan.n_halo, graph.num_edges())  # fmt: skip
+             replication, plan.n_own, plan.n_halo, plan.local_src.numel())  # fmt: skip
     return rd, GridReducer(ctx, rd.train_total, grid, column), grid
 
 

@@ -90,11 +90,16 @@ class BlockGraph(LocalGraph):
         super().__init__(plan, ctx, exchange, overlap)
         self.replicas = ReplicaGroup(grid, ctx, replica_policy, self.exchange.timings)
 
+    def num_edges(self) -> int:
+        """The block's edges (every in-edge of its rows, over all its replicas), as a layer
+        sees the graph; this rank computes ``part.local_src.numel()`` of them."""
+        return int(self.part.in_degree.sum())
+
     def __repr__(self) -> str:
         g, p = self.replicas.grid, self.part
         return (f"BlockGraph(rank={p.rank}/{p.num_parts}, block={g.block_of(p.rank)}/{g.blocks}, "
                 f"replica={g.replica_of(p.rank)}/{g.replication}, rows={p.n_own}, "
-                f"halo={p.n_halo}, edges={self.num_edges()})")  # fmt: skip
+                f"halo={p.n_halo}, local edges={p.local_src.numel()})")  # fmt: skip
 
     def rsc_aggregate(self, feat, edge_weight, state_for, row_scale=None, row_divide=False,
                       col_scale=None, score_col_scale=None):  # fmt: skip

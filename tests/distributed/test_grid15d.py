@@ -160,3 +160,26 @@ def test_a_replication_that_does_not_divide_nproc_stops_before_any_worker(tmp_pa
     assert "distributed.replication=3 does not divide the 4 processes" in proc.stderr
     assert "starting 4 workers" not in proc.stdout and "Traceback" not in proc.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_replica_looks_to_a_layer_like_its_whole_block():
+    """A layer sees the block's rows with their full in-degrees, out-degrees and edge count
+    (SAGE clamps its mean's degrees by ``num_edges()``), though the rank holds a part of
+    their edges."""
+    import datetime
+
+    from dgl_rsc.distributed.block15d import BlockGraph
+    from dgl_rsc.distributed.runtime import DistContext
+
+    src, dst, n = _graph()
+    grid = ProcessGrid(4, 2)
+    part = partition_nodes(src, dst, n, 2, "metis", 0)
+    for r, plan in enumerate(block_plans(src, dst, n, part, grid)):
+        ctx = DistContext(r, 4, torch.device("cpu"), datetime.timedelta(seconds=5))
+        graph = BlockGraph(plan, ctx, grid)
+        rows = plan.owned
+        assert graph.num_nodes() == rows.numel()
+        assert torch.equal(graph.in_degrees(), torch.bincount(dst, minlength=n)[rows])
+        assert torch.equal(graph.out_degrees(), torch.bincount(src, minlength=n)[rows])
+        assert graph.num_edges() == int(torch.isin(dst, rows).sum()) > plan.local_src.numel()
+        assert f"replica={r % 2}/2" in repr(graph)
