@@ -78,8 +78,8 @@ def plan_rows(out: str, config: dict, nproc: int, c: int) -> list:
         src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
     grid = ProcessGrid(nproc, c)
     dist = config["distributed"]
-    part, _, _ = load_or_partition(src, dst, n, grid.blocks, dist["method"], dist["seed"],
-                                   os.path.join(out, "partitions"))  # fmt: skip
+    cache = dist["partition_cache"] or os.path.join(out, "partitions")
+    part, _, _ = load_or_partition(src, dst, n, grid.blocks, dist["method"], dist["seed"], cache)
     return [{"rank": p.rank, "rows": p.n_own, "halo_rows": p.n_halo,
              "sent_rows": sum(p.send_counts), "local_edges": int(p.local_src.numel())}
             for p in block_plans(src, dst, n, part, grid)]  # fmt: skip
