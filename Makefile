@@ -56,7 +56,8 @@ test-modern: $(STAMP_MODERN)
 # the distributed tests that start several processes (2 and 4 gloo workers, real graphs,
 # faults, resume): longer than `make test`
 test-dist: $(STAMP)
-	$(PY) -m pytest -m slow tests/distributed/test_distributed.py tests/distributed/test_distributed_slow.py
+	$(PY) -m pytest -m slow tests/distributed/test_distributed.py tests/distributed/test_distributed_slow.py \
+		tests/distributed/test_block15d.py
 
 $(DOCS_STAMP): $(STAMP) requirements/docs.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/docs.txt

@@ -126,6 +126,17 @@ class LocalGraph:
                              hint_local, kind)  # fmt: skip
         return out.reshape((out.shape[0],) + tuple(feat.shape[1:]))
 
+    def halo_backward(self, g_halo: torch.Tensor, g_own: torch.Tensor, state, ticket=None,
+                      reach=None) -> None:  # fmt: skip
+        """The backward halo message of one product, 1D and 1.5D alike: the halo rows'
+        gradient ``g_halo (n_halo, D)`` (rows ``halo_offsets[q]:halo_offsets[q + 1]`` belong
+        to rank ``q``) goes to the owners, and what the others send is added to ``g_own
+        (n_own, D)`` in place. ``state``: the product's RSC slot (or ``None``). The seam
+        where what travels backward is chosen (a halo sample under a byte budget). ``ticket``:
+        the forward's sample record, ``reach``: the rows the exact product reaches (see
+        :meth:`~.budget_exchange.BudgetedExchange.backward`)."""
+        self.exchange.backward(g_halo, g_own, ticket, reach=reach)
+
 
 class HaloSpMM(torch.autograd.Function):
     """``Y_own = diag(r) A_local [X_own; X_halo]`` with the halo exchanged (see
@@ -165,7 +176,7 @@ class HaloSpMM(torch.autograd.Function):
         n_own = graph.part.n_own
         g_own = dx_local[:n_own].clone()
         reach = functools.partial(halo_reach, graph, dY)  # asked for by a byte budget only
-        graph.exchange.backward(dx_local[n_own:], g_own, ctx.ticket, reach=reach)
+        graph.halo_backward(dx_local[n_own:], g_own, ctx.state, ctx.ticket, reach)
         return g_own, None, None, None, None, None, None
 
 

@@ -69,15 +69,23 @@ class DistReducer:
     def after_backward(self, model) -> None:
         """Sum the gradients over ranks (one all-reduce of a flat buffer)."""
         params = [p for p in model.parameters() if p.grad is not None]
-        if not params or self.ctx.world_size == 1:
+        if not params or self._grad_peers() == 1:
             return
         flat = torch.cat([p.grad.reshape(-1) for p in params])
-        self.ctx.all_reduce_(flat, kind="allreduce")
+        self._sum_grads_(flat)
         offset = 0
         for p in params:
             n = p.grad.numel()
             p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
+
+    def _grad_peers(self) -> int:
+        """How many ranks the gradients are summed over."""
+        return self.ctx.world_size
+
+    def _sum_grads_(self, flat: torch.Tensor) -> None:
+        """Sum the flat gradient buffer over the ranks in place."""
+        self.ctx.all_reduce_(flat, kind="allreduce")
 
     def metrics(self, metric, logits, label, masks) -> dict:
         """The metric of each split over the nodes of all ranks."""

@@ -29,7 +29,16 @@ __all__ = [
 ]
 
 #: message kinds counted separately (bytes per rank)
-MESSAGE_KINDS = ("forward_halo", "backward_halo", "allreduce", "eval_halo", "control")
+MESSAGE_KINDS = (
+    "forward_halo",
+    "backward_halo",
+    "allreduce",
+    "eval_halo",
+    "control",
+    "replica_reduce",
+    "replica_grad",
+    "eval_replica",
+)  # the last three: 1.5D's
 
 
 class DistributedError(RuntimeError):

@@ -21,6 +21,7 @@ __all__ = [
     "traffic_now",
     "epoch_traffic",
     "dist_summary",
+    "run_bytes",
 ]
 
 
@@ -30,9 +31,8 @@ _DATA_INFO = ("task", "metric", "num_classes", "num_nodes", "name")
 
 def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
     """This rank's share of the experiment (the process group is joined here)."""
-    from ..distributed.reduce import DistReducer
+    from ..distributed.algorithms import build_rank
     from ..distributed.runtime import init_from_env, launched_by_torchrun
-    from ..distributed.setup import rank_data
 
     d = cfg.distributed
     if not launched_by_torchrun():
@@ -46,18 +46,18 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
     default = os.path.join(out_dir, PARTITION_CACHE) if out_dir else None
     cache = d.partition_cache or default
     fwd, bwd = policies_for(d, ctx)
-    rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
-                   cache_dir=cache, overlap=d.overlap, forward_policy=fwd,
-                   backward_policy=bwd, budget=budget_for(d, ctx.rank))  # fmt: skip
+    share = build_rank(d, data, edges, ctx, parts=parts, cache_dir=cache,  # 1d or 1.5d
+                       forward_policy=fwd, backward_policy=bwd,
+                       budget=budget_for(d, ctx.rank))  # fmt: skip
+    rd = share.data
     # the rank keeps its share only: the whole graph's features and edges (on the 200k preset
     # about 0.75 GB in every rank) are let go, with what the run still reads of the dataset
     info = types.SimpleNamespace(**{k: getattr(data, k) for k in _DATA_INFO})
     none = torch.empty(0, dtype=torch.int64)
     prep = prepared_cls(info, (none, none, edges[2]), rd.feat, rd.label, rd.masks, ctx.device,
-                    data.fingerprint(), name, {"native": rd.graph},
-                    DistReducer(ctx, rd.train_total), ctx,
+                    data.fingerprint(), name, {"native": rd.graph}, share.reducer, ctx,
                     {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
-    prep.owned = rd.owned
+    prep.owned, prep.share = rd.owned, share
     return prep
 
 
@@ -112,6 +112,7 @@ def start_run(prep) -> None:
         ex.backward_policy.reset()
         if getattr(ex, "budget", None) is not None:
             ex.budget.reset(prep.dist.bytes.by_peer())
+        prep.share.reset()
 
 
 def traffic_now(prep):
@@ -142,13 +143,16 @@ def epoch_traffic(prep, before) -> dict:
     return {"bytes": per_rank_bytes, "timings": per_rank_times}
 
 
-def dist_summary(prep) -> Optional[dict]:
+def dist_summary(prep, history: Optional[list] = None) -> Optional[dict]:
+    """The run's distributed record: world, partition, bit widths, the algorithm and its
+    grid, and the bytes by message kind over ``history`` (:func:`run_bytes`)."""
     if prep.dist is None:
         return None
     ex = prep.graph("native").exchange
     out = {"world_size": prep.dist.world_size, "partition": prep.partition,
            "forward_bits": ex.forward_policy.report(),
-           "backward_bits": ex.backward_policy.report()}  # fmt: skip
+           "backward_bits": ex.backward_policy.report(),
+           **prep.share.summary(), "bytes": run_bytes(history)}  # fmt: skip
     if getattr(ex, "budget", None) is not None:  # every rank's, gathered (all ranks call this)
         import torch.distributed as dist
 
@@ -158,3 +162,18 @@ def dist_summary(prep) -> Optional[dict]:
         dist.all_gather_object(reports, ex.budget.report(prep.dist.bytes.by_peer()))
         out["comm_budget"] = combine_reports(reports)
     return out
+
+
+def run_bytes(history: Optional[list]) -> Optional[dict]:
+    """Bytes sent by message kind over a run's epochs (``history``, each with its ``dist``
+    record): ``{"total": {kind: all ranks, all epochs}, "per_rank_epoch": [per rank {kind:
+    mean per epoch}]}``, or ``None`` without history."""
+    epochs = [h["dist"]["bytes"] for h in history or () if h.get("dist")]
+    if not epochs:
+        return None
+    kinds = list(epochs[0][0])
+    ranks = range(len(epochs[0]))
+    per_rank = [{k: sum(e[r][k]["sent"] for e in epochs) / len(epochs) for k in kinds}
+                for r in ranks]  # fmt: skip
+    total = {k: sum(e[r][k]["sent"] for e in epochs for r in ranks) for k in kinds}
+    return {"total": total, "per_rank_epoch": per_rank}

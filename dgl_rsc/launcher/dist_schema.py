@@ -4,6 +4,9 @@
 
     distributed:
       partitions: 4          # = the number of processes (dgl-rsc run --nproc 4)
+      algorithm: 1d          # 1d (a row block per process) or 1.5d (CAGNET, replicated)
+      replication: 1         # 1.5d: c processes hold each of partitions / c row blocks
+      replica_bits: 32       # 1.5d: width of the replica groups' sums (32, 16, 8, 4, 2)
       method: metis          # metis (default), random, contiguous (or metis-dgl with DGL)
       seed: 0                # the partitioner's seed
       backend: auto          # auto: NCCL for CUDA, gloo for CPU
@@ -57,6 +60,9 @@ class DistConfig:
     """A validated ``distributed`` section (see the module docstring)."""
 
     partitions: Optional[int] = None
+    algorithm: str = "1d"
+    replication: int = 1
+    replica_bits: int = 32
     method: str = "metis"
     seed: int = 0
     backend: str = "auto"
@@ -91,6 +97,7 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
         return None
     if not isinstance(sec, dict):
         raise ConfigError(f"distributed must be a mapping of keys to values, got {sec!r}.")
+    from ..distributed.algorithms import ALGORITHMS, REPLICA_BITS, check_options
     from ..distributed.dropout import DROPOUT_MODES
     from ..distributed.partition import PARTITIONERS
 
@@ -100,6 +107,8 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
             raise ConfigError(unknown_key_message(str(key), allowed, "distributed"))
     rules = {
         "partitions": Rule(int, 1, optional=True),
+        "algorithm": Rule(str, choices=tuple(ALGORITHMS)),
+        "replication": Rule(int, 1),
         "method": Rule(str, choices=tuple(PARTITIONERS)),
         "seed": Rule(int, 0),
         "backend": Rule(str, choices=_BACKENDS),
@@ -125,6 +134,15 @@ def resolve_distributed(raw, check_value, Rule, model: dict) -> Optional[DistCon
                     "integer, or the word adaptive)."
                 )
             out[key] = value
+    if "replica_bits" in sec:
+        if not _is_width(sec["replica_bits"], REPLICA_BITS):
+            raise ConfigError(
+                f"distributed.replica_bits={sec['replica_bits']!r} is not one of "
+                f"{', '.join(map(str, REPLICA_BITS))} (a fixed width: replica sums are not "
+                "adaptive yet)."
+            )
+        out["replica_bits"] = sec["replica_bits"]
+    check_options(out)
     halo = out.pop("halo_bits", None)
     if halo is not None:  # the shorthand fills the directions not given on their own
         out.setdefault("forward_bits", halo)

@@ -180,7 +180,7 @@ class EpochLog:
             "history": self.history, "best": self.best, "stop": self.stop_record(),
             "final": {k: final.get(k) for k in ("epoch", "train", "val", "test")},
             "rsc_stats": merged_stats(run.ctl, base), "data_sha256": prep.fingerprint,
-            "distributed": dist_summary(prep), "allocator": prep.allocator,
+            "distributed": dist_summary(prep, self.history), "allocator": prep.allocator,
             "peak_rss_mb": peak_rss_mb,
             "compile": None if run.forward is None else compile_summary(self.history, run.forward),
         }  # fmt: skip
