@@ -1,21 +1,28 @@
 """One rank's share of an experiment: the partition, the local graph and the owned rows.
 
 The partition is computed once per graph and settings and cached on disk
-(:func:`~dgl_rsc.distributed.partition.load_or_partition`): rank 0 computes or loads it
-first, the other ranks read the cache after a barrier (or compute the same deterministic
-partition when no cache directory is given). Bad settings are refused before any training:
-more partitions than nodes, a world size that differs from the partition count, and a
-partition without training nodes.
+(:func:`~dgl_rsc.distributed.partition.load_or_partition`, keyed by a hash of the edge list
+and the partitioner's settings): rank 0 computes or loads it first; on other nodes the first
+rank (``LOCAL_RANK`` 0) then reads it (a shared cache folder) or computes the same
+deterministic partition; the other ranks read their node's cache. Every rank then checks that
+all ranks hold the same data and the same partition (their SHA-256), so nodes whose METIS or
+data differ are refused instead of training on inconsistent halos. Each rank's partition
+report (seconds, whether it came from the cache, peak memory) is gathered for the run's
+report. Bad settings are refused before any training: more partitions than nodes, a world
+size that differs from the partition count, and a partition without training nodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
+from ..base.memory import peak_rss_bytes
 from ..core.config import ConfigError
 from .exchange import HaloExchange
 from .halo import build_local
@@ -23,7 +30,7 @@ from .local_graph import LocalGraph
 from .partition import load_or_partition
 from .runtime import DistContext
 
-__all__ = ["RankData", "rank_data"]
+__all__ = ["RankData", "rank_data", "partition_report", "check_same"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +47,7 @@ class RankData:
         train_total: training nodes over all ranks.
         quality: the partition's quality (edge cut, halo sizes, balance), plain numbers.
         partition_file: the cache file, or ``None``.
+        partition_report: per rank, how its partition was had (:func:`partition_report`).
     """
 
     graph: LocalGraph
@@ -50,17 +58,21 @@ class RankData:
     train_total: int
     quality: dict
     partition_file: Optional[str]
+    partition_report: list = dataclasses.field(default_factory=list)
 
 
 def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis",
               seed: int = 0, cache_dir: Optional[str] = None, overlap: bool = True,
-              forward_policy=None, backward_policy=None) -> RankData:  # fmt: skip
+              forward_policy=None, backward_policy=None, progress=None) -> RankData:  # fmt: skip
     """Partition ``edges = (src, dst, N)`` of ``data`` (a :class:`~dgl_rsc.data.GraphData`)
     into ``parts`` and build this rank's :class:`RankData`.
 
+    ``progress(done, total)`` is called while METIS runs (:func:`partition_report`).
+
     Raises:
-        ConfigError: ``parts`` differs from the world size or exceeds the node count, or a
-            part has no training node (on every rank, naming the part).
+        ConfigError: ``parts`` differs from the world size or exceeds the node count, a
+            part has no training node (on every rank, naming the part), or the ranks hold
+            different data or partitions (naming the rank and its node).
     """
     src, dst, n = edges
     if parts != ctx.world_size:
@@ -72,13 +84,19 @@ def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis
         raise ConfigError(
             f"distributed.partitions={parts} exceeds the graph's {n} nodes; use fewer."
         )
+    args = (src, dst, n, parts, method, seed, cache_dir, progress)
     result = None
     if ctx.is_main or cache_dir is None:
-        result = _partition(src, dst, n, parts, method, seed, cache_dir)
+        result = partition_report(*args)
     ctx.barrier("waiting for rank 0 to partition the graph")
+    if ctx.nodes > 1:  # each other node's first rank: a shared cache, or its own partition
+        if result is None and ctx.local_rank == 0:
+            result = partition_report(*args)
+        ctx.barrier("waiting for each node's first rank to partition the graph")
     if result is None:
-        result = _partition(src, dst, n, parts, method, seed, cache_dir)
-    part, quality, path = result
+        result = partition_report(*args)
+    part, quality, path, report = result
+    reports = check_same(ctx, data.fingerprint(), part, report)
     train_per_part = torch.bincount(part[data.train_mask], minlength=parts)
     empty = torch.nonzero(train_per_part == 0).squeeze(1).tolist()
     if empty:
@@ -98,11 +116,44 @@ def rank_data(data, edges, ctx: DistContext, *, parts: int, method: str = "metis
     log.info("rank %d: %d nodes owned (%d central), %d halo, %d local edges", ctx.rank,
              lp.n_own, lp.n_central, lp.n_halo, graph.num_edges())  # fmt: skip
     return RankData(graph, owned, data.feat[owned].to(dev), data.label[owned].to(dev), masks,
-                    total, quality, path)  # fmt: skip
+                    total, quality, path, reports)  # fmt: skip
 
 
-def _partition(src, dst, n, parts, method, seed, cache_dir):
+def partition_report(src, dst, n, parts, method, seed, cache_dir, progress=None) -> tuple:
+    """``(part, quality, cache path, report)``: :func:`load_or_partition` with its report
+    (``cached``, ``partition_s``, ``quality_s``, METIS's ``metis_s`` and, where it ran in a
+    child process, ``metis_peak_mb``) and this process's peak resident memory once it is
+    done (``peak_rss_mb``, which includes loading the graph)."""
+    report: dict = {}
     try:
-        return load_or_partition(src, dst, n, parts, method, seed, cache_dir)
-    except (ValueError, ImportError) as exc:
+        part, quality, path = load_or_partition(src, dst, n, parts, method, seed, cache_dir,
+                                                progress=progress, report=report)  # fmt: skip
+    except (ValueError, ImportError, RuntimeError) as exc:
         raise ConfigError(f"partitioning the graph failed: {exc}") from None
+    child = report.pop("metis_peak_bytes", None)
+    report["metis_peak_mb"] = None if child is None else child / 1e6
+    report["peak_rss_mb"] = peak_rss_bytes() / 1e6
+    return part, quality, path, report
+
+
+def check_same(ctx: DistContext, data_sha: str, part: torch.Tensor, report: dict) -> list:
+    """Every rank's partition report, after checking that all ranks hold the data and the
+    partition rank 0 holds (a ``ConfigError`` naming the first rank that differs)."""
+    mine = (data_sha, hashlib.sha256(part.numpy().tobytes()).hexdigest(), report)
+    if ctx.world_size == 1:
+        return [report]
+    every = [None] * ctx.world_size
+    dist.all_gather_object(every, mine)
+    for r, (d, p, _) in enumerate(every):
+        if d != every[0][0]:
+            raise ConfigError(
+                f"{ctx.where(r)} loaded other data than rank 0 (sha256 {d[:12]} against "
+                f"{every[0][0][:12]}); give every node the same dataset files."
+            )
+        if p != every[0][1]:
+            raise ConfigError(
+                f"{ctx.where(r)} partitioned the graph differently from rank 0 (another "
+                "METIS build or version?); put distributed.partition_cache on a filesystem "
+                "every node reads, so that all ranks load rank 0's partition."
+            )
+    return [e[2] for e in every]

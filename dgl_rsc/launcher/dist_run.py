@@ -13,6 +13,9 @@ from ..core.config import ConfigError
 from .outputs import PARTITION_CACHE
 
 __all__ = [
+    "join",
+    "check_same_config",
+    "NODE_LOCAL_KEYS",
     "prepare_rank",
     "policies_for",
     "start_run",
@@ -22,11 +25,16 @@ __all__ = [
 ]
 
 
-def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
-    """This rank's share of the experiment (the process group is joined here)."""
-    from ..distributed.reduce import DistReducer
+#: config keys that may differ between nodes (paths and threads of each machine); the rest
+#: must be the same on every rank (:func:`check_same_config`)
+NODE_LOCAL_KEYS = ("dataset.root", "dataset.path", "distributed.partition_cache",
+                   "train.threads")  # fmt: skip
+
+
+def join(cfg):
+    """Join the process group torch's launcher described, and check that every rank runs
+    the same config; returns the :class:`~dgl_rsc.distributed.runtime.DistContext`."""
     from ..distributed.runtime import init_from_env, launched_by_torchrun
-    from ..distributed.setup import rank_data
 
     d = cfg.distributed
     if not launched_by_torchrun():
@@ -36,16 +44,63 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
             "run CONFIG), or set distributed: null to train on one process."
         )
     ctx = init_from_env(d.backend, cfg.train.device, d.timeout_s)
+    check_same_config(cfg.to_dict(), ctx)
+    return ctx
+
+
+def _flat(tree: dict, head: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        key = f"{head}{k}"
+        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def check_same_config(config: dict, ctx) -> None:
+    """A ``ConfigError`` on every rank when a rank's resolved config differs from rank 0's
+    (keys of :data:`NODE_LOCAL_KEYS` aside), naming the rank, its node and the keys."""
+    import hashlib
+    import json
+
+    import torch.distributed as dist
+
+    mine = {k: v for k, v in _flat(config).items() if k not in NODE_LOCAL_KEYS}
+    text = json.dumps(mine, sort_keys=True, default=str)
+    every = [None] * ctx.world_size
+    dist.all_gather_object(every, (hashlib.sha256(text.encode()).hexdigest(), mine))
+    for r, (digest, theirs) in enumerate(every):
+        if digest != every[0][0]:
+            base = every[0][1]
+            keys = sorted(k for k in set(base) | set(theirs) if base.get(k) != theirs.get(k))
+            diff = "; ".join(f"{k}: {theirs.get(k)!r} there, {base.get(k)!r} on rank 0"
+                             for k in keys[:5])  # fmt: skip
+            raise ConfigError(
+                f"{ctx.where(r)} runs another config than rank 0 ({diff}); start every node "
+                "with the same CONFIG and --set values."
+            )
+
+
+def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls, ctx=None,
+                 progress=None):  # fmt: skip
+    """This rank's share of the experiment (the process group is joined here unless ``ctx``
+    is given); ``progress(done, total)`` follows a long partition."""
+    from ..distributed.reduce import DistReducer
+    from ..distributed.setup import rank_data
+
+    d = cfg.distributed
+    ctx = ctx or join(cfg)
     parts = d.partitions or ctx.world_size
     default = os.path.join(out_dir, PARTITION_CACHE) if out_dir else None
     cache = d.partition_cache or default
     fwd, bwd = policies_for(d, ctx)
     rd = rank_data(data, edges, ctx, parts=parts, method=d.method, seed=d.seed,
                    cache_dir=cache, overlap=d.overlap, forward_policy=fwd,
-                   backward_policy=bwd)  # fmt: skip
+                   backward_policy=bwd, progress=progress)  # fmt: skip
+    partition = {"quality": rd.quality, "file": rd.partition_file, "method": d.method,
+                 "report": rd.partition_report}  # fmt: skip
     prep = prepared_cls(data, edges, rd.feat, rd.label, rd.masks, ctx.device, data.fingerprint(),
                     name, {"native": rd.graph}, DistReducer(ctx, rd.train_total), ctx,
-                    {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
+                    partition)  # fmt: skip
     prep.owned = rd.owned
     return prep
 
