@@ -15,6 +15,7 @@ from .outputs import PARTITION_CACHE
 __all__ = [
     "join",
     "check_same_config",
+    "config_digest",
     "NODE_LOCAL_KEYS",
     "prepare_rank",
     "policies_for",
@@ -56,24 +57,30 @@ def _flat(tree: dict, head: str = "") -> dict:
     return out
 
 
-def check_same_config(config: dict, ctx) -> None:
-    """A ``ConfigError`` on every rank when a rank's resolved config differs from rank 0's
-    (keys of :data:`NODE_LOCAL_KEYS` aside), naming the rank, its node and the keys."""
+def config_digest(config: dict) -> tuple:
+    """``(sha256, flat config)`` of a resolved config without :data:`NODE_LOCAL_KEYS`."""
     import hashlib
     import json
 
+    flat = {k: v for k, v in _flat(config).items() if k not in NODE_LOCAL_KEYS}
+    text = json.dumps(flat, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest(), flat
+
+
+def check_same_config(config: dict, ctx) -> None:
+    """A ``ConfigError`` on every rank when a rank's resolved config differs from rank 0's
+    (keys of :data:`NODE_LOCAL_KEYS` aside), naming the rank, its node and the keys."""
     import torch.distributed as dist
 
-    mine = {k: v for k, v in _flat(config).items() if k not in NODE_LOCAL_KEYS}
-    text = json.dumps(mine, sort_keys=True, default=str)
     every = [None] * ctx.world_size
-    dist.all_gather_object(every, (hashlib.sha256(text.encode()).hexdigest(), mine))
+    dist.all_gather_object(every, config_digest(config))
     for r, (digest, theirs) in enumerate(every):
         if digest != every[0][0]:
             base = every[0][1]
             keys = sorted(k for k in set(base) | set(theirs) if base.get(k) != theirs.get(k))
-            diff = "; ".join(f"{k}: {theirs.get(k)!r} there, {base.get(k)!r} on rank 0"
-                             for k in keys[:5])  # fmt: skip
+            diff = "; ".join(
+                f"{k}: {theirs.get(k)!r} there, {base.get(k)!r} on rank 0" for k in keys[:5]
+            )
             raise ConfigError(
                 f"{ctx.where(r)} runs another config than rank 0 ({diff}); start every node "
                 "with the same CONFIG and --set values."

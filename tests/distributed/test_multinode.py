@@ -48,9 +48,10 @@ def _two_nodes(tmp_path, cfg, extra1=(), timeout=300) -> list:
     """Start both nodes, wait for both; ``[(returncode, stdout, stderr)]`` by node."""
     port = _free_port()
     outs = []
-    with proc_group(_node_cmd(0, port, cfg, tmp_path / "node0"), env=ENV) as a, proc_group(
-        _node_cmd(1, port, cfg, tmp_path / "node1", *extra1), env=ENV
-    ) as b:
+    with (
+        proc_group(_node_cmd(0, port, cfg, tmp_path / "node0"), env=ENV) as a,
+        proc_group(_node_cmd(1, port, cfg, tmp_path / "node1", *extra1), env=ENV) as b,
+    ):
         for proc in (a, b):
             out, err = proc.communicate(timeout=timeout)
             outs.append((proc.returncode, out, err))
@@ -102,9 +103,10 @@ def _worker_of(out) -> int:
 def test_a_lost_node_stops_the_other_which_names_it(tmp_path):
     cfg = _cora_config(tmp_path, epochs=3000, checkpoint_every=1)
     port = _free_port()
-    with proc_group(_node_cmd(0, port, cfg, tmp_path / "node0"), env=ENV) as a, proc_group(
-        _node_cmd(1, port, cfg, tmp_path / "node1"), env=ENV
-    ) as b:
+    with (
+        proc_group(_node_cmd(0, port, cfg, tmp_path / "node0"), env=ENV) as a,
+        proc_group(_node_cmd(1, port, cfg, tmp_path / "node1"), env=ENV) as b,
+    ):
         deadline = time.monotonic() + 240
         victim = 0
         while time.monotonic() < deadline:  # both nodes up and training
