@@ -151,15 +151,19 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     rows = [r for g in args.graph for r in measure(g, args.parts, args.method)]
+    groups = {
+        g: [r for r in rows if r["graph"] == g] for g in dict.fromkeys(r["graph"] for r in rows)
+    }
+    real = [r for r in rows if not r["graph"].startswith("synthetic")]
+    if real:
+        groups["real graphs"] = real
     fits = {}
-    for group in ("real", "synthetic"):
-        sel = [r for r in rows if r["graph"].startswith("synthetic") == (group == "synthetic")]
-        if sel:
-            fits[group] = {**fit_kappa(sel), "clump": fit_clump(sel, DEGREES)}
-            for r in sel:
-                r["halo_model_fit"] = halo_per_rank(DEGREES[r["graph"]], r["parts"],
-                                                    r["edge_cut_fraction"],
-                                                    clump=fits[group]["clump"])  # fmt: skip
+    for name, sel in groups.items():
+        fits[name] = {**fit_kappa(sel), "clump": fit_clump(sel, DEGREES)}
+    for r in rows:  # each row against its own graph's fit
+        r["halo_model_fit"] = halo_per_rank(DEGREES[r["graph"]], r["parts"],
+                                            r["edge_cut_fraction"],
+                                            clump=fits[r["graph"]]["clump"])  # fmt: skip
     write_json(args.out, {"machine": machine("cpu"), "command": " ".join(sys.argv),
                           "rows": rows, "kappa_fit": fits})  # fmt: skip
     print(fits)

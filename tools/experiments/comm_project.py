@@ -1,0 +1,222 @@
+"""Projected epoch time and bytes of distributed full-graph GCN training at 8-256 ranks on
+10, 25 and 100 Gb/s networks, for graphs the size of ogbn-products and ogbn-papers100M:
+1D and CAGNET's sparsity-aware 1.5D, each exact, with RSC, with 8-bit halos and under the
+byte budget (``comm_model.py`` is the cost model; this applies it where nothing was run).
+
+Per rank (every rank alike; a partitioner's imbalance is not modelled):
+
+- compute: the cost model's counted work at ``n / P`` owned nodes and ``E / P`` local edges
+  (1.5D: the same edges, the dense work of a whole block, ``c n / P`` rows: replicas repeat
+  it), at the rates of a *profile*: ``gpu`` (fitted to the package's single-process H100
+  epochs of the products-scale graph, ``e2e_products_h100_folded.json``) or ``cpu`` (this
+  machine's fitted rates, one core per rank);
+- communication: ``alpha`` per message plus the larger of the bytes sent and received over
+  the link's bandwidth (full duplex), no overlap with compute; ``alpha`` is an assumption;
+- the halo: :func:`comm_halo.halo_per_rank` with the edge-cut fraction that METIS gave at
+  ``P`` parts on a synthetic stand-in of the graph measured here (``comm_halo.py``; the
+  stand-in has the graph's average degree and class count, 1/10 or less of its nodes), and
+  the clump factor fitted there; backward, only rows in the gradient's support (the training
+  nodes and their in-neighbours, layer by layer);
+- RSC: the backward sparse work times its measured visited share, and the backward halo of
+  the kept rows only; 8-bit: the codec's row size and its work; budget ``F``: halo bytes ``F``
+  times exact fp32 1D's (the byte budget's definition), RSC's compute plus the codec on every
+  halo row;
+- 1.5D per ``/work/tools/SPEC-15D.md``: ``q = P / c`` blocks, the halo of ``q`` parts over
+  ``c`` replicas for a receiver, but the whole block's rows for its sender (replica ``j % c``
+  of block ``j`` serves every block); the replica all-reduces (a ring, fp32, not budgeted).
+  ``--deal balanced`` deals column blocks by ``(i + j) % c`` instead, spreading the sends.
+
+Example::
+
+    python tools/experiments/comm_project.py --halo docs/results/comm_halo.json \\
+        --fit docs/results/comm_model_fit.json --out docs/results/comm_projection.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_common import machine, write_json
+from comm_halo import degree_law, halo_per_rank
+
+RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "results")
+#: sizes from OGB's tables (nodes, edges as listed: products undirected, stored both ways;
+#: papers100M directed, symmetrized for training), features, classes, training nodes
+GRAPHS = {
+    "ogbn-products": {"nodes": 2_449_029, "edges": 2 * 61_859_140, "features": 100,
+                      "classes": 47, "train": 196_615, "stand_in": "synthetic:244902:50.5:0.8:47"},
+    "ogbn-papers100M": {"nodes": 111_059_956, "edges": 2 * 1_615_685_872, "features": 128,
+                        "classes": 172, "train": 1_207_179,
+                        "stand_in": "synthetic:250000:29.1:0.8:172"},
+}  # fmt: skip
+NETWORKS_GBPS = (10, 25, 100)
+RANKS = (8, 16, 32, 64, 128, 256)
+REPLICATION = (2, 4, 8)
+#: seconds per message on a network (software and wire latency; an assumption)
+ALPHA_S = 25e-6
+#: the model the projections train: GCN, 3 layers, hidden 256 (CAGNET's and AdaQP's setting)
+HIDDEN, LAYERS = 256, 3
+POWER_LAW = 2.5  # the degree law's exponent (the generator's default; an assumption)
+MODES = ("exact", "rsc", "bits8", "budget")
+
+
+def gpu_profile(path: str) -> dict:
+    """Rates of one H100 from the package's products-scale single-process epochs (the
+    profiler's forward/backward products, dense GEMMs and the rest; RSC's visited share)."""
+    from dgl_rsc.distributed.traffic import model_shape
+    from dgl_rsc.models.paper import build_model
+
+    with open(path, encoding="utf-8") as f:
+        d = json.load(f)
+    row = d["rows"][0]
+    n, e = d["graph"]["nodes"], d["graph"]["edges"]
+    shape = model_shape(build_model("gcn", 100, 47, hidden=HIDDEN, layers=LAYERS), 100)
+    fwd, bwd = sum(shape.widths), sum(w for w, g in zip(shape.widths, shape.grads) if g)
+    ex, rs = row["exact_profile"], row["rsc_profile"]
+    return {
+        "sparse_s": 1e-3 * (ex["forward_product_ms"] + ex["backward_product_ms"]) / (e * (fwd + bwd)),
+        "dense_s": 1e-3 * ex["dense_matmul_ms"] / (3 * n * shape.dense_macs),
+        "elem_s": 1e-3 * ex["other_ms"] / (n * fwd),
+        "score_s": 1e-3 * max(rs["other_ms"] + rs["selection_slicing_ms"] - ex["other_ms"], 0)
+        / (n * bwd),
+        "codec_s": 2e-12,  # an assumption: a memory-bound pass of a few bytes per value
+        "fixed_s": 0.0,
+        "visited": rs["backward_product_ms"] / ex["backward_product_ms"],
+        "source": os.path.basename(path),
+    }  # fmt: skip
+
+
+def cpu_profile(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        d = json.load(f)
+    rates = dict(d["params"])
+    rsc = [r for r in d["rows"] if r["method"] == "rsc"]
+    rates["visited"] = sum(r["nnz_fraction"] for r in rsc) / len(rsc)
+    rates["source"] = os.path.basename(path)
+    return rates
+
+
+def _support(degrees: torch.Tensor, train_frac: float, layers: int) -> list:
+    """Fraction of rows in each aggregation's gradient support, forward order (random graph
+    with the degree law: a row joins when one of its out-edges reaches the rows above)."""
+    t = [train_frac]
+    for _ in range(layers - 1):
+        stay = float(((1 - t[-1]) ** degrees.double()).mean())
+        t.append(1 - (1 - t[-1]) * stay)
+    return t[::-1]
+
+
+def _row_bytes(width: int, bits: int) -> float:
+    return 4.0 * width if bits == 32 else 4 + math.ceil(width * bits / 8)
+
+
+class Graph:
+    """One projected graph: its model shape, degree law, gradient support and METIS cut."""
+
+    def __init__(self, g: dict, cut: dict, clump: float):
+        from dgl_rsc.distributed.traffic import model_shape
+        from dgl_rsc.models.paper import build_model
+
+        self.g, self.cut, self.clump = g, cut, clump
+        self.n, self.e = g["nodes"], g["edges"] + g["nodes"]  # GCN's self-loops
+        self.degrees = degree_law(g["edges"] / g["nodes"], POWER_LAW, g["nodes"])
+        self.scale = self.n / self.degrees.numel()
+        model = build_model("gcn", g["features"], g["classes"], hidden=HIDDEN, layers=LAYERS)
+        self.shape = model_shape(model, g["features"])
+        self.support = _support(self.degrees, g["train"] / self.n, len(self.shape.widths))
+
+    def halo(self, parts: int, support: float = 1.0) -> float:
+        """Mean halo rows per rank at ``parts`` parts (rows whose gradient is non-zero, for
+        a ``support`` share of destination rows)."""
+        return halo_per_rank(self.degrees, parts, self.cut[parts], support, self.clump,
+                             self.scale)  # fmt: skip
+
+    def halo_bytes(self, parts: int, bits: int = 32, keep: float = 1.0) -> tuple:
+        """``(forward, backward)`` halo bytes a rank receives per epoch at ``parts`` parts,
+        and the halo rows that travel (for the codec's work)."""
+        fwd_rows = self.halo(parts)
+        fwd = sum(fwd_rows * _row_bytes(w, bits) for w in self.shape.widths)
+        bwd = rows = 0.0
+        for w, grad, t in zip(self.shape.widths, self.shape.grads, self.support):
+            if grad:
+                r = self.halo(parts, t * keep)
+                bwd += r * (4 + _row_bytes(w, bits))
+                rows += r
+        return fwd, bwd, fwd_rows * len(self.shape.widths) + rows
+
+
+def project_one(gr: Graph, p: int, c: int, mode: str, rates: dict, gbps: float,
+                deal: str = "spec", budget: float = 0.2) -> dict:  # fmt: skip
+    """Per-rank seconds and bytes of one epoch (see the module docstring)."""
+    shape, q = gr.shape, p // c
+    widths, grads = shape.widths, shape.grads
+    keep = rates["visited"] if mode in ("rsc", "budget") else 1.0
+    fwd, bwd, rows = gr.halo_bytes(q, 8 if mode == "bits8" else 32, keep)
+    if mode == "budget":  # F x exact fp32 1D bytes at P ranks: the budget's definition
+        f1, b1, _ = gr.halo_bytes(p)
+        share = budget * (f1 + b1) * c / (fwd + bwd)  # x c: a 1.5D receiver gets 1/c below
+        fwd, bwd = fwd * share, bwd * share
+    recv = (fwd + bwd) / c  # a 1.5D receiver gets 1/c of its block's halo
+    sent = fwd + bwd if (c > 1 and deal == "spec") else recv  # the spec's sender: all of it
+    block = gr.n / q  # rows each rank holds (1D: n / P)
+    bwd_w = sum(w for w, g in zip(widths, grads) if g)
+    replica = 4.0 * block * 2 * (c - 1) / c * (sum(widths) + bwd_w)
+    allreduce = 4.0 * shape.params * 2 * (p - 1) / p
+    layers_b = sum(1 for g in grads if g)
+    peers = (q - 1) if (c > 1 and deal == "spec") else (q - 1) / c
+    messages = peers * (2 * len(widths) + 6 * layers_b) + 2 * (p - 1)
+    messages += 2 * (c - 1) * (len(widths) + layers_b)
+    comm = ALPHA_S * messages + 8.0 / (gbps * 1e9) * (max(sent, recv) + replica + allreduce)
+    work = {"fixed": 1.0, "sparse": gr.e / p * (sum(widths) + bwd_w * keep),
+            "dense": 3.0 * block * shape.dense_macs, "elem": block * sum(widths),
+            "score": block * bwd_w if mode in ("rsc", "budget") else 0.0,
+            "codec": rows / c * sum(widths) / len(widths) if mode in ("bits8", "budget") else 0.0}  # fmt: skip
+    compute = sum(rates[f"{k}_s"] * v for k, v in work.items())
+    return {"epoch_s": compute + comm, "compute_s": compute, "comm_s": comm,
+            "halo_bytes": recv, "sent_bytes": sent, "replica_bytes": replica,
+            "allreduce_bytes": allreduce, "messages": messages}  # fmt: skip
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--halo", required=True, help="comm_halo.py's JSON (the stand-ins' cut)")
+    ap.add_argument("--fit", help="comm_model.py's JSON (this machine's rates: the cpu profile)")
+    ap.add_argument("--gpu", default=os.path.join(RESULTS, "e2e_products_h100_folded.json"))
+    ap.add_argument("--deal", choices=("spec", "balanced"), default="spec")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    with open(args.halo, encoding="utf-8") as f:
+        halo = json.load(f)
+    profiles = {"gpu": gpu_profile(args.gpu)}
+    if args.fit:
+        profiles["cpu"] = cpu_profile(args.fit)
+    rows = []
+    for name, g in GRAPHS.items():
+        cut = {r["parts"]: r["edge_cut_fraction"] for r in halo["rows"]
+               if r["graph"] == g["stand_in"]}  # fmt: skip
+        gr = Graph(g, cut, halo["kappa_fit"][g["stand_in"]]["clump"])
+        for prof, rates in profiles.items():
+            for gbps in NETWORKS_GBPS:
+                for p in RANKS:
+                    for c in (1, *[c for c in REPLICATION if p % c == 0 and p // c >= 2]):
+                        for mode in MODES:
+                            r = project_one(gr, p, c, mode, rates, gbps, args.deal)
+                            rows.append({"graph": name, "profile": prof, "gbps": gbps, "ranks": p,
+                                         "replication": c, "mode": mode, **r})  # fmt: skip
+    write_json(args.out, {"machine": machine("cpu"), "command": " ".join(sys.argv),
+                          "graphs": GRAPHS, "alpha_s": ALPHA_S, "hidden": HIDDEN,
+                          "layers": LAYERS, "power_law": POWER_LAW, "deal": args.deal,
+                          "profiles": profiles, "rows": rows})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
