@@ -30,9 +30,9 @@ def test_every_torchrun_line_parses_and_its_config_loads():
 
     lines = list(_torchrun_lines())
     assert len(lines) >= 3  # two hosts and the SLURM script
+    env = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "NPROC": "4", "MASTER_ADDR": "n0",
+           "SLURM_JOB_ID": "7"}  # fmt: skip
     for line in lines:
-        env = {"SLURM_NNODES": "2", "SLURM_NODEID": "1", "NPROC": "4", "MASTER_ADDR": "n0",
-               "SLURM_JOB_ID": "7"}  # fmt: skip
         words = shlex.split(re.sub(r"\$\(\((.*?)\)\)", "8", line))
         words = [re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], w) for w in words]
         args = get_args_parser().parse_args(words[1:])

@@ -83,7 +83,8 @@ def gpu_profile(path: str) -> dict:
     fwd, bwd = sum(shape.widths), sum(w for w, g in zip(shape.widths, shape.grads) if g)
     ex, rs = row["exact_profile"], row["rsc_profile"]
     return {
-        "sparse_s": 1e-3 * (ex["forward_product_ms"] + ex["backward_product_ms"]) / (e * (fwd + bwd)),
+        "sparse_s": 1e-3 * (ex["forward_product_ms"] + ex["backward_product_ms"])
+        / (e * (fwd + bwd)),
         "dense_s": 1e-3 * ex["dense_matmul_ms"] / (3 * n * shape.dense_macs),
         "elem_s": 1e-3 * ex["other_ms"] / (n * fwd),
         "score_s": 1e-3 * max(rs["other_ms"] + rs["selection_slicing_ms"] - ex["other_ms"], 0)
@@ -179,7 +180,8 @@ def project_one(gr: Graph, p: int, c: int, mode: str, rates: dict, gbps: float,
     work = {"fixed": 1.0, "sparse": gr.e / p * (sum(widths) + bwd_w * keep),
             "dense": 3.0 * block * shape.dense_macs, "elem": block * sum(widths),
             "score": block * bwd_w if mode in ("rsc", "budget") else 0.0,
-            "codec": rows / c * sum(widths) / len(widths) if mode in ("bits8", "budget") else 0.0}  # fmt: skip
+            "codec": rows / c * sum(widths) / len(widths) if mode in ("bits8", "budget")
+            else 0.0}  # fmt: skip
     compute = sum(rates[f"{k}_s"] * v for k, v in work.items())
     return {"epoch_s": compute + comm, "compute_s": compute, "comm_s": comm,
             "halo_bytes": recv, "sent_bytes": sent, "replica_bytes": replica,
