@@ -13,10 +13,13 @@ the quantized payload; a backward row also carries its int32 index.
 1.5D with ``P = q c`` ranks: the graph is cut into ``q`` row blocks, rank ``r = i c + k``
 holds block ``i`` as replica ``k`` and handles the column blocks ``j`` with ``j % c == k``.
 Forward, rank ``(j, j % c)`` sends the rows of block ``j`` that block ``i`` needs to rank
-``(i, j % c)``; the partial sums are all-reduced over the ``c`` replicas (a ring: ``2 (c - 1)
-/ c`` of the block's values each way). Backward, the same rows' gradients go back to ``(j, j
-% c)``, which shares the summed ``dH_j`` with its replicas (all-reduce, or a broadcast). With
-``c = 1`` this is the 1D exchange exactly.
+``(i, j % c)``; the partial sums are summed over the ``c`` replicas (``replica_reduce``: a
+reduce-scatter and all-gather of ``c`` row chunks, ``2 (c - 1)`` messages each way, about
+``2 (c - 1) / c`` of the block's values). Backward, the same rows' gradients go back to ``(j,
+j % c)``, and ``dH_j`` is summed the same way in its replica group (``replica_grad``). The
+parameters' gradients are all-reduced over the rank's process column (``q`` ranks). With
+``c = 1`` this is the 1D exchange exactly. (The spec's implementation notes, branch
+dist-15d, fix these choices.)
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from .partition import part_vector
 
 __all__ = ["ModelShape", "model_shape", "gradient_support", "rank_traffic", "TRAFFIC_KINDS"]
 
-#: what :func:`rank_traffic` predicts, per rank (``replica`` only with ``replication > 1``)
-TRAFFIC_KINDS = ("forward_halo", "backward_halo", "replica", "allreduce")
+#: what :func:`rank_traffic` predicts, per rank (``replica_*`` only with ``replication > 1``)
+TRAFFIC_KINDS = ("forward_halo", "backward_halo", "replica_reduce", "replica_grad", "allreduce")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,8 +137,7 @@ def _block_moves(m: torch.Tensor, c: int, owner_sends: bool) -> torch.Tensor:
 
 
 def rank_traffic(src, dst, num_nodes: int, part, shape: ModelShape, train_mask,
-                 replication: int = 1, bits=32, backward_bits=None,
-                 replica_share: str = "allreduce") -> list:  # fmt: skip
+                 replication: int = 1, bits=32, backward_bits=None) -> list:  # fmt: skip
     """Predicted bytes and messages of one training epoch, per rank.
 
     Args:
@@ -145,13 +147,12 @@ def rank_traffic(src, dst, num_nodes: int, part, shape: ModelShape, train_mask,
         train_mask: ``(N,)`` bool, the nodes of the loss.
         replication: ``c`` (1: the 1D exchange).
         bits, backward_bits: halo widths forward and backward (``backward_bits`` defaults
-            to ``bits``; ``"adaptive"`` is counted as 32).
-        replica_share: ``"allreduce"`` or ``"broadcast"``: how ``dH_j`` reaches the replicas.
+            to ``bits``; ``"adaptive"`` is counted as 32). Replica sums travel in fp32.
 
     Returns:
         ``P`` dicts ``{kind: {"sent", "received", "messages"}}`` over :data:`TRAFFIC_KINDS`
-        (``messages``: sent plus received; a ring all-reduce counts its ``2 (c - 1)`` steps
-        each way once per call, as the byte counters do).
+        (``messages``: sent plus received, as the byte counters count them; the parameters'
+        all-reduce counts one).
     """
     src, dst, n = check_edges(src, dst, num_nodes)
     part, q = part_vector(part, n)
@@ -174,33 +175,30 @@ def rank_traffic(src, dst, num_nodes: int, part, shape: ModelShape, train_mask,
     for width, grad, rows in zip(shape.widths, shape.grads, support):
         add("forward_halo", _row_bytes(fwd_rows, width, bits, index=False))
         if c > 1:
-            _replica(out, nodes, width, c, "allreduce")
+            _replica(out, nodes, width, c, "replica_reduce")
         if grad:
             m = halo_rows(src, dst, n, part, q, rows=rows)
             moves = _block_moves(m, c, False)  # an index message and a payload per peer
             add("backward_halo", _row_bytes(moves, width, bw, index=True), per_peer=2)
             if c > 1:
-                _replica(out, nodes, width, c, replica_share)
-    wire = 4.0 * shape.params * 2 * (p - 1) / p
+                _replica(out, nodes, width, c, "replica_grad")
+    group = q if c > 1 else p  # 1.5D: over the process column
+    wire = 4.0 * shape.params * 2 * (group - 1) / group
     for r in range(p):
-        if p > 1:
+        if group > 1:
             out[r]["allreduce"].update(sent=wire, received=wire, messages=1)
     return out
 
 
-def _replica(out: list, nodes: torch.Tensor, width: int, c: int, how: str) -> None:
-    """One exchange of each block's ``(n_i, width)`` fp32 rows inside its replica group."""
-    for i, n_i in enumerate(nodes.tolist()):
-        block = 4.0 * n_i * width
+def _replica(out: list, nodes: torch.Tensor, width: int, c: int, kind: str) -> None:
+    """One sum of each block's ``(n_i, width)`` fp32 rows over its replica group: replica
+    ``k`` sends the ``c - 1`` other chunks and ``c - 1`` copies of its own summed chunk
+    (chunk ``m``: rows ``[n m / c, n (m + 1) / c)``), and receives as much."""
+    for i, n_i in enumerate(int(x) for x in nodes.tolist()):
         for k in range(c):
-            d = out[i * c + k]["replica"]
-            if how == "allreduce":
-                d["sent"] += block * 2 * (c - 1) / c
-                d["received"] += block * 2 * (c - 1) / c
-                d["messages"] += 2
-            elif k == i % c:  # the root of the broadcast
-                d["sent"] += block * (c - 1)
-                d["messages"] += c - 1
-            else:
-                d["received"] += block
-                d["messages"] += 1
+            own = (n_i * (k + 1)) // c - (n_i * k) // c
+            moved = 4.0 * width * (n_i - own + (c - 1) * own)
+            d = out[i * c + k][kind]
+            d["sent"] += moved
+            d["received"] += moved
+            d["messages"] += 4 * (c - 1)

@@ -73,15 +73,16 @@ def test_halo_bytes_match_a_brute_force_count(parts, c, bits):
     np.testing.assert_allclose(got_sent, sent)
     np.testing.assert_allclose(got_recv, recv)
     if c == 1:
-        assert all(r["replica"]["sent"] == 0 for r in pred)
-    else:  # two ring all-reduces of the block per layer forward, one per backward layer
-        nodes = torch.bincount(part, minlength=parts).double()
+        assert all(r["replica_reduce"]["sent"] == r["replica_grad"]["sent"] == 0 for r in pred)
+    else:  # per sum: the other replicas' chunks, and c - 1 copies of its own summed chunk
+        nodes = torch.bincount(part, minlength=parts).tolist()
         for rank, r in enumerate(pred):
-            block = 4.0 * nodes[rank // c] * 2 * (c - 1) / c
-            want = block * sum(SHAPE.widths) + block * sum(
-                w for w, g in zip(SHAPE.widths, SHAPE.grads) if g
-            )
-            assert r["replica"]["sent"] == pytest.approx(float(want))
+            n_i, k = nodes[rank // c], rank % c
+            chunks = [(n_i * (m + 1)) // c - (n_i * m) // c for m in range(c)]
+            per = 4.0 * (sum(chunks) - chunks[k] + (c - 1) * chunks[k])
+            assert r["replica_reduce"]["sent"] == pytest.approx(per * sum(SHAPE.widths))
+            assert r["replica_grad"]["received"] == pytest.approx(per * SHAPE.widths[1])
+            assert r["allreduce"]["sent"] == pytest.approx(4 * 10 * 2 * (parts - 1) / parts)
 
 
 def test_replication_one_is_the_1d_exchange_and_parameters_are_all_reduced():
