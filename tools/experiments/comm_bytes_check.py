@@ -119,8 +119,10 @@ def main(argv=None):
         print(f"{row['folder']}: P={row['nproc']} c={row['replication']} bits={row['bits']}, "
               f"largest deviation {100 * row['max_deviation']:.2f}%")  # fmt: skip
         for r in row["ranks"]:
-            cells = "  ".join(f"{k} {r[k]['measured'] / 1e6:.3f}/{r[k]['predicted'] / 1e6:.3f}M"
-                              for k in CHECKED if r[k]["measured"] or r[k]["predicted"])  # fmt: skip
+            shown = [k for k in CHECKED if r[k]["measured"] or r[k]["predicted"]]
+            cells = "  ".join(
+                f"{k} {r[k]['measured'] / 1e6:.3f}/{r[k]['predicted'] / 1e6:.3f}M" for k in shown
+            )
             print(f"  rank {r['rank']}: {cells} (measured/predicted)")
     ok = all(r["max_deviation"] <= args.tolerance for r in rows)
     print("within" if ok else "NOT within", f"{100 * args.tolerance:.0f}% on every rank and kind")
