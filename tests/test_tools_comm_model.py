@@ -42,13 +42,14 @@ def test_the_fit_recovers_known_rates():
                  "bytes": 0.0 if p == 1 else rng.uniform(1e5, 1e8),
                  "messages": 0.0 if p == 1 else rng.uniform(10, 200)}  # fmt: skip
             ranks.append(f)
-        point = {"ranks": ranks, "cores": 2.0}
+        point = {"ranks": ranks, "cores": 2.0, "cpu_s": [cm.work(true, f) for f in ranks]}
         point["measured_s"] = cm.epoch_time(true, ranks, 2.0)
         points.append(point)
-    got = cm.fit(points)
-    for k, v in true.items():
-        assert got[k] == pytest.approx(v, rel=0.02), k
-    assert all(abs(r - 1) < 1e-3 for _, _, r in cm.check(got, points))
+    for target in ("wall", "cpu"):  # from the epochs, or from each rank's CPU seconds
+        got = cm.fit(points, target=target)
+        for k, v in true.items():
+            assert got[k] == pytest.approx(v, rel=0.02), (target, k)
+        assert all(abs(r - 1) < 1e-3 for _, _, r in cm.check(got, points))
 
 
 def test_oversubscribed_processes_share_the_cores():

@@ -142,10 +142,16 @@ def start_run(prep) -> None:
 
 
 def traffic_now(prep):
-    """This rank's byte counters and exchange timings so far (``None`` on one process)."""
+    """This rank's byte counters and exchange timings so far, with the process's CPU
+    seconds (``process_cpu``: what the rank computed and copied, waits excluded); ``None``
+    on one process."""
     if prep.dist is None:
         return None
-    return prep.dist.bytes.snapshot(), dict(prep.graph("native").exchange.timings)
+    import time
+
+    timings = dict(prep.graph("native").exchange.timings)
+    timings["process_cpu"] = time.process_time()
+    return prep.dist.bytes.snapshot(), timings
 
 
 def epoch_traffic(prep, before) -> dict:

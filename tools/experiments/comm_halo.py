@@ -89,6 +89,25 @@ def fit_kappa(rows: list) -> dict:
     return {"kappa_2": float(sol[0]), "slope": float(sol[1]), "points": len(rows)}
 
 
+def clump_at(degrees: torch.Tensor, parts: int, kappa: float, halo: float) -> float:
+    """The clump for which :func:`halo_per_rank` gives the measured mean ``halo`` (bisection
+    in ``[1/4, 4096]``: the modelled halo falls as the clump grows)."""
+    lo, hi = 0.25, 4096.0
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        if halo_per_rank(degrees, parts, kappa, clump=mid) > halo:
+            lo = mid
+        else:
+            hi = mid
+    return (lo * hi) ** 0.5
+
+
+def degree_histogram(degrees: torch.Tensor) -> list:
+    """``[[degree, nodes], ...]`` of an out-degree sequence (what the projection rebuilds)."""
+    values, counts = torch.unique(degrees, return_counts=True)
+    return [[int(v), int(c)] for v, c in zip(values, counts)]
+
+
 def degree_law(mean: float, exponent: float, n: int, samples: int = 200_000, seed: int = 0):
     """``samples`` out-degrees of a power law (the synthetic generator's Pareto weights, tail
     ``exponent - 1``, capped at ``n - 1``) scaled to ``mean``; the model multiplies sums over
@@ -147,7 +166,7 @@ def main(argv=None):
     p.add_argument(
         "--graph",
         action="append",
-        required=True,
+        default=[],
         help="npz:PATH or synthetic:NODES:DEGREE:HOMOPHILY:CLASSES (repeatable)",
     )
     p.add_argument("--parts", type=int, nargs="+", default=[2, 4, 8, 16, 32, 64])
@@ -179,12 +198,14 @@ def main(argv=None):
     fits = {}
     for name, sel in groups.items():
         fits[name] = {**fit_kappa(sel), "clump": fit_clump(sel, DEGREES)}
-    for r in rows:  # each row against its own graph's fit
-        r["halo_model_fit"] = halo_per_rank(DEGREES[r["graph"]], r["parts"],
-                                            r["edge_cut_fraction"],
+    for r in rows:  # each row against its own graph's fit, and the clump that matches it
+        deg = DEGREES[r["graph"]]
+        r["halo_model_fit"] = halo_per_rank(deg, r["parts"], r["edge_cut_fraction"],
                                             clump=fits[r["graph"]]["clump"])  # fmt: skip
+        r["clump_at_p"] = clump_at(deg, r["parts"], r["edge_cut_fraction"], r["halo_mean"])
+    degrees = {g: degree_histogram(d) for g, d in DEGREES.items() if g.startswith("synthetic")}
     write_json(args.out, {"machine": machine("cpu"), "command": " ".join(sys.argv),
-                          "rows": rows, "kappa_fit": fits})  # fmt: skip
+                          "rows": rows, "kappa_fit": fits, "degrees": degrees})  # fmt: skip
     print(fits)
 
 

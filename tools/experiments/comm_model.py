@@ -34,7 +34,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,14 +80,20 @@ def epoch_time(params: dict, ranks: list, cores: float) -> float:
     return max(max(w), sum(w) / cores)
 
 
-def fit(points: list, start: dict | None = None) -> dict:
-    """Non-negative rates minimizing the squared relative error of :func:`epoch_time` over
-    ``points`` (``{"ranks": [features], "cores", "measured_s"}``)."""
+def fit(points: list, start: dict | None = None, target: str = "wall") -> dict:
+    """Non-negative rates minimizing the squared relative error over ``points``
+    (``{"ranks": [features], "cores", "measured_s", "cpu_s": [per rank]}``): of
+    :func:`epoch_time` against ``measured_s`` (``target="wall"``), or of each rank's work
+    against its CPU seconds (``"cpu"``: what the rank computed, whatever else the machine
+    ran meanwhile)."""
     import numpy as np
     from scipy.optimize import least_squares
 
     def residual(x):
         p = dict(zip(PARAMS, x))
+        if target == "cpu":
+            return np.array([work(p, f) / c - 1.0 for q in points
+                             for f, c in zip(q["ranks"], q["cpu_s"])])  # fmt: skip
         return np.array([epoch_time(p, q["ranks"], q["cores"]) / q["measured_s"] - 1.0
                          for q in points])  # fmt: skip
 
@@ -154,6 +159,10 @@ def points_of(calibration: dict, cpus: int | None = None) -> list:
         shape, _ = shape_of(config, sets)
         epochs = [t for _, rec in items for t in rec["epoch_s"]]
         nnz = statistics.mean(rec["nnz_fraction"] for _, rec in items)
+        cpu = None
+        if all("cpu_s" in rec for _, rec in items):
+            cpu = [statistics.median(t for _, rec in items for t in rec["cpu_s"][r])
+                   for r in range(nproc)]  # fmt: skip
         ranks = []
         for r in range(nproc):
             traffic = None
@@ -164,7 +173,7 @@ def points_of(calibration: dict, cpus: int | None = None) -> list:
             ranks.append(rank_features(cell["nodes"][r], cell["edges"][r], shape, nnz,
                                        method == "rsc", traffic, nproc, bits))  # fmt: skip
         out.append({"config": config, "nproc": nproc, "bits": bits, "method": method,
-                    "measured_s": quantile(epochs), "epochs": len(epochs),
+                    "measured_s": quantile(epochs), "epochs": len(epochs), "cpu_s": cpu,
                     "median_s": statistics.median(epochs), "nnz_fraction": nnz,
                     "cores": cpus / max(cell.get("threads") or 1, 1), "ranks": ranks})  # fmt: skip
     return out
@@ -179,12 +188,12 @@ def check(params: dict, points: list) -> list:
     return rows
 
 
-def leave_one_out(points: list) -> dict:
-    """Per config: the errors of a fit made without that config's points."""
+def leave_one_out(points: list, target: str = "wall") -> dict:
+    """Per config: the epoch errors of a fit made without that config's points."""
     out = {}
     for config in sorted({q["config"] for q in points}):
         rest = [q for q in points if q["config"] != config]
-        params = fit(rest)
+        params = fit(rest, target=target)
         out[config] = [r for _, _, r in check(params, [q for q in points if q["config"] == config])]
     return out
 
@@ -192,6 +201,12 @@ def leave_one_out(points: list) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("calibration", help="dist_calibrate.py's JSON")
+    p.add_argument(
+        "--target",
+        choices=("cpu", "wall"),
+        default="cpu",
+        help="fit each rank's CPU seconds (default) or the epochs themselves",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--loo", action="store_true", help="also fit leaving each config out")
     args = p.parse_args(argv)
@@ -200,29 +215,35 @@ def main(argv=None):
     with open(args.calibration, encoding="utf-8") as f:
         cal = json.load(f)
     points = points_of(cal)
-    params = fit(points)
+    if args.target == "cpu" and any(q["cpu_s"] is None for q in points):
+        p.error("--target cpu: some cells have no CPU seconds (runs of an older launcher)")
+    params = fit(points, target=args.target)
     rows = check(params, points)
     print("rates: " + ", ".join(f"{k} {v:.3g}" for k, v in params.items()))
     print(f"{'config':<26}{'P':>3}{'bits':>6}{'method':>7}{'measured ms':>13}"
-          f"{'predicted ms':>14}{'ratio':>7}")  # fmt: skip
+          f"{'predicted ms':>14}{'ratio':>7}{'cpu ratio':>10}")  # fmt: skip
     for q, pred, ratio in rows:
+        cpu = "-"
+        if q["cpu_s"]:
+            cpu = f"{max(work(params, f) / c for f, c in zip(q['ranks'], q['cpu_s'])):.2f}"
         print(f"{os.path.basename(q['config']):<26}{q['nproc']:>3}{q['bits']:>6}"
               f"{q['method']:>7}{1e3 * q['measured_s']:>13.1f}{1e3 * pred:>14.1f}"
-              f"{ratio:>7.2f}")  # fmt: skip
+              f"{ratio:>7.2f}{cpu:>10}")  # fmt: skip
     dist = [abs(r - 1) for q, _, r in rows if q["nproc"] > 1]
     print(f"largest error on 2 and 4 processes: {100 * max(dist):.1f}%")
+    keep = ("config", "nproc", "bits", "method", "measured_s", "median_s", "epochs",
+            "nnz_fraction", "cores", "cpu_s")  # fmt: skip
     record = {"machine": machine("cpu"), "command": " ".join(sys.argv),
               "calibration": os.path.basename(args.calibration), "quantile": QUANTILE,
-              "params": params, "rows": [
-                  {k: q[k] for k in ("config", "nproc", "bits", "method", "measured_s",
-                                     "median_s", "epochs", "nnz_fraction", "cores")}
-                  | {"predicted_s": pred, "ratio": ratio} for q, pred, ratio in rows],
+              "target": args.target, "params": params,
+              "rows": [{k: q[k] for k in keep} | {"predicted_s": pred, "ratio": ratio,
+                        "predicted_cpu_s": [work(params, f) for f in q["ranks"]]}
+                       for q, pred, ratio in rows],
               "max_error_distributed": max(dist)}  # fmt: skip
     if args.loo:
-        record["leave_one_out"] = leave_one_out(points)
+        record["leave_one_out"] = leave_one_out(points, args.target)
     write_json(args.out, record)
 
 
 if __name__ == "__main__":
-    with tempfile.TemporaryDirectory():
-        main()
+    main()

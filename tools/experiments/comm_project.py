@@ -12,11 +12,13 @@ Per rank (every rank alike; a partitioner's imbalance is not modelled):
   machine's fitted rates, one core per rank);
 - communication: ``alpha`` per message plus the larger of the bytes sent and received over
   the link's bandwidth (full duplex), no overlap with compute; ``alpha`` is an assumption;
-- the halo: :func:`comm_halo.halo_per_rank` with the edge-cut fraction that METIS gave at
-  ``P`` parts on a synthetic stand-in of the graph measured here (``comm_halo.py``; the
-  stand-in has the graph's average degree and class count, 1/10 or less of its nodes), and
-  the clump factor fitted there; backward, only rows in the gradient's support (the training
-  nodes and their in-neighbours, layer by layer);
+- the halo: :func:`comm_halo.halo_per_rank` with the edge-cut fraction METIS gave at ``P``
+  parts on a synthetic stand-in of the graph (``comm_halo.py``: the package's DC-SBM generator
+  with the graph's average degree and class count, homophily 0.8, 1/10 or fewer of its
+  nodes), its degree sequence scaled to the graph's nodes, and the clump that makes the
+  formula give the stand-in's measured halo at that ``P`` (the halo per node is then the
+  stand-in's: a DC-SBM's cut does not depend on its size); backward, only rows in the
+  gradient's support (the training nodes and their in-neighbours, layer by layer);
 - RSC: the backward sparse work times its measured visited share, and the backward halo of
   the kept rows only; 8-bit: the codec's row size and its work; budget ``F``: halo bytes ``F``
   times exact fp32 1D's (the byte budget's definition), RSC's compute plus the codec on every
@@ -121,15 +123,22 @@ def _row_bytes(width: int, bits: int) -> float:
 
 
 class Graph:
-    """One projected graph: its model shape, degree law, gradient support and METIS cut."""
+    """One projected graph: its model shape, degrees, gradient support and METIS cut.
 
-    def __init__(self, g: dict, cut: dict, clump: float):
+    ``cut[P]`` and ``clump[P]``: the edge-cut fraction and the clump at ``P`` parts (a number:
+    the same at every ``P``); ``degrees``: an out-degree sequence of the graph's law (the
+    stand-in's, scaled up by ``nodes / len(degrees)``; default :func:`degree_law`)."""
+
+    def __init__(self, g: dict, cut: dict, clump, degrees=None):
         from dgl_rsc.distributed.traffic import model_shape
         from dgl_rsc.models.paper import build_model
 
-        self.g, self.cut, self.clump = g, cut, clump
+        self.g, self.cut = g, cut
+        self.clump = clump if isinstance(clump, dict) else dict.fromkeys(cut, float(clump))
         self.n, self.e = g["nodes"], g["edges"] + g["nodes"]  # GCN's self-loops
-        self.degrees = degree_law(g["edges"] / g["nodes"], POWER_LAW, g["nodes"])
+        if degrees is None:
+            degrees = degree_law(g["edges"] / g["nodes"], POWER_LAW, g["nodes"])
+        self.degrees = degrees
         self.scale = self.n / self.degrees.numel()
         model = build_model("gcn", g["features"], g["classes"], hidden=HIDDEN, layers=LAYERS)
         self.shape = model_shape(model, g["features"])
@@ -138,8 +147,8 @@ class Graph:
     def halo(self, parts: int, support: float = 1.0) -> float:
         """Mean halo rows per rank at ``parts`` parts (rows whose gradient is non-zero, for
         a ``support`` share of destination rows)."""
-        return halo_per_rank(self.degrees, parts, self.cut[parts], support, self.clump,
-                             self.scale)  # fmt: skip
+        return halo_per_rank(self.degrees, parts, self.cut[parts], support,
+                             self.clump[parts], self.scale)  # fmt: skip
 
     def halo_bytes(self, parts: int, bits: int = 32, keep: float = 1.0) -> tuple:
         """``(forward, backward)`` halo bytes a rank receives per epoch at ``parts`` parts,
@@ -203,9 +212,12 @@ def main(argv=None):
         profiles["cpu"] = cpu_profile(args.fit)
     rows = []
     for name, g in GRAPHS.items():
-        cut = {r["parts"]: r["edge_cut_fraction"] for r in halo["rows"]
-               if r["graph"] == g["stand_in"]}  # fmt: skip
-        gr = Graph(g, cut, halo["kappa_fit"][g["stand_in"]]["clump"])
+        mine = [r for r in halo["rows"] if r["graph"] == g["stand_in"]]
+        cut = {r["parts"]: r["edge_cut_fraction"] for r in mine}
+        clump = {r["parts"]: r["clump_at_p"] for r in mine}
+        hist = torch.tensor(halo["degrees"][g["stand_in"]], dtype=torch.float64)
+        degrees = torch.repeat_interleave(hist[:, 0], hist[:, 1].long())
+        gr = Graph(g, cut, clump, degrees)
         for prof, rates in profiles.items():
             for gbps in NETWORKS_GBPS:
                 for p in RANKS:

@@ -9,6 +9,7 @@ the distributed path, so its epoch is the same code without exchanges) with ``co
 - ``epoch_s``: every epoch's seconds (RSC: its approximate phase; exact: all but the first);
 - ``per_rank``: per rank, the mean per epoch of bytes sent and received and messages by kind;
 - ``nnz_fraction``: the share of the exact backward's non-zeros visited;
+- ``cpu_s``: per rank, each epoch's CPU seconds of the process (its work, waits excluded);
 - the partition's quality (nodes, local edges, halo nodes per rank), the model's widths
   (:func:`dgl_rsc.distributed.traffic.model_shape`) and the load average around the run.
 
@@ -56,6 +57,9 @@ def method_record(run: dict) -> dict:
                  for f in ("sent", "received", "messages")} for k in KINDS}
             for r in range(ranks)
         ]  # fmt: skip
+        if "process_cpu" in traffic[0]["timings"][0]:
+            out["cpu_s"] = [[t["timings"][r]["process_cpu"] for t in traffic]
+                            for r in range(ranks)]  # fmt: skip
     dist = run.get("distributed") or {}
     if dist:
         out["bits"] = {d: dist[f"{d}_bits"].get("spec") for d in ("forward", "backward")}
