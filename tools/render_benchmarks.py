@@ -646,6 +646,29 @@ def epoch_levers(names: list) -> str:
     return "\n".join(out)
 
 
+def _experiment(name: str):
+    """A driver of tools/experiments/, for the tables it renders (imported by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, TOOLS / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def dist_model(fit: str, projection: str, check: str) -> str:
+    """tools/experiments/comm_model.py (the fit), comm_project.py (the projection) and
+    comm_bytes_check.py (bytes per rank against the model)"""
+    f, d, c = _load(fit), _load(projection), _load(check)
+    cm, cp = _experiment("comm_model"), _experiment("comm_project")
+    out = [cm.table(f), "", f"{f['machine']['cpu']} ({f['machine']['cpus']} cores), "
+           f"{f['machine']['date'][:10]}. JSON: `{fit}`, `{check}` (bytes per rank and kind "
+           f"within {100 * max(r['max_deviation'] for r in c['rows']):.2f}% of the model's, "
+           "1D and 1.5D).", "", cp.table(d), "", cp.modes_table(d), "",
+           f"{d['machine']['date'][:10]}. JSON: `{projection}`."]  # fmt: skip
+    return "\n".join(out)
+
+
 BLOCKS = {
     "tta-cpu": lambda: tta(TTA_CPU),
     "tta-gpu": lambda: tta(TTA_GPU),
@@ -677,6 +700,9 @@ BLOCKS = {
     ),
     "distributed-small": lambda: dist(
         "dist_small.json", lambda r: str(r["bits"]) in ("None", "32", "8", "adaptive")
+    ),
+    "distributed-model": lambda: dist_model(
+        "comm_model_fit.json", "comm_projection.json", "comm_bytes_check.json"
     ),
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),

@@ -198,6 +198,27 @@ def leave_one_out(points: list, target: str = "wall") -> dict:
     return out
 
 
+def table(d: dict) -> str:
+    """Measured against predicted epochs, per config and method (``d``: this tool's JSON)."""
+    rows = d["rows"]
+    cols = sorted({(r["nproc"], str(r["bits"])) for r in rows}, key=lambda x: (x[1] != "32", x))
+    head = " | ".join(f"P={p}" + ("" if b == "32" else f", {b}-bit halos") for p, b in cols)
+    out = [f"| config | method | {head} |", "|---|---|" + "---|" * len(cols)]
+    for config in dict.fromkeys(r["config"] for r in rows):
+        for method in ("exact", "rsc"):
+            by = {(r["nproc"], str(r["bits"])): r for r in rows
+                  if (r["config"], r["method"]) == (config, method)}  # fmt: skip
+            cells = [f"{1e3 * by[k]['measured_s']:.0f} / {1e3 * by[k]['predicted_s']:.0f}"
+                     if k in by else "-" for k in cols]  # fmt: skip
+            out.append(f"| {os.path.basename(config)} | {method} | " + " | ".join(cells) + " |")
+    worst = 100 * d["max_error_distributed"]
+    out.append(
+        f"\nEpoch ms, measured / predicted (measured: the {d['quantile']:.0%} quantile of "
+        f"the epochs over the rounds); largest error on 2 and 4 processes {worst:.0f}%."
+    )
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("calibration", help="dist_calibrate.py's JSON")
