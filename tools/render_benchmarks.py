@@ -731,6 +731,50 @@ def epoch_levers(names: list) -> str:
     return "\n".join(out)
 
 
+def _experiment(name: str):
+    """A driver of tools/experiments/, for the tables it renders (imported by path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, TOOLS / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def dist_projection(name: str) -> str:
+    """tools/experiments/comm_project.py: exact fp32 1D against the byte budget, and 1.5D"""
+    d = _load(name)
+    cp = _experiment("comm_project")
+    return (f"{cp.table(d)}\n\nGPU ranks, METIS locality of the real ogbn-products; "
+            f"{d['machine']['date'][:10]}. JSON: `{name}`; assumptions: "
+            "[the cost model](scaling.md).")  # fmt: skip
+
+
+def dist_calibration(fit: str, check: str) -> str:
+    """tools/experiments/comm_model.py (the fit) and comm_bytes_check.py (bytes per rank)"""
+    f, c = _load(fit), _load(check)
+    m = f["machine"]
+    worst = 100 * max(r["max_deviation"] for r in c["rows"])
+    return (f"{_experiment('comm_model').table(f)}\n\n{m['cpu']} ({m['cpus']} cores), "
+            f"{m['date'][:10]}, load average {m['load_average'][0]:.0f} when fitted. JSON: "
+            f"`{fit}`, `{f['calibration']}`. Bytes per rank and message kind, measured against "
+            f"predicted, 1D and 1.5D: within {worst:.2f}% (`{check}`).")  # fmt: skip
+
+
+def dist_scenarios(names: dict) -> str:
+    """comm_project.py under other assumptions: locality and 1.5D's dealing of columns"""
+    cp = _experiment("comm_project")
+    out = ["| halo locality | 1.5D columns dealt | budget vs exact 1D, products, 64 ranks, "
+           "25 Gb/s | 1.5D vs 1D at 64 / 256 ranks (products, 25 Gb/s) | JSON |",
+           "|---|---|---|---|---|"]  # fmt: skip
+    for (loc, deal), name in names.items():
+        s = cp.summary(_load(name))["ogbn-products 25"]
+        g = s["gain_15d"]
+        out.append(f"| {loc} | {deal} | {s['budget_gain'][64]:.2f}x | {g[64]:.2f}x / "
+                   f"{g[256]:.2f}x | `{name}` |")  # fmt: skip
+    return "\n".join(out)
+
+
 BLOCKS = {
     "tta-cpu": lambda: tta(TTA_CPU),
     "tta-gpu": lambda: tta(TTA_GPU),
@@ -761,7 +805,24 @@ BLOCKS = {
         "dist_200k_bytes.json", lambda r: r["nproc"] == 4 and r["method"] == "metis"
     ),
     "distributed-small": lambda: dist(
-        "dist_small.json", lambda r: str(r["bits"]) in ("None", "32", "8", "adaptive")
+        "dist_small.json", lambda r: str(r["bits"]) == "32" or r.get("label") == "weight-0.1"
+    ),
+    "distributed-projection": lambda: dist_projection("comm_projection.json"),
+    "distributed-calibration": lambda: dist_calibration(
+        "comm_model_fit.json", "comm_bytes_check.json"
+    ),
+    "distributed-modes": lambda: _experiment("comm_project").modes_table(
+        _load("comm_projection.json")
+    ),
+    "distributed-scenarios": lambda: dist_scenarios(
+        {
+            ("real products (METIS, published)", "spec (j mod c)"): "comm_projection.json",
+            (
+                "real products (METIS, published)",
+                "balanced ((i + j) mod c)",
+            ): "comm_projection_balanced.json",
+            ("stand-in (DC-SBM)", "spec (j mod c)"): "comm_projection_standin.json",
+        }
     ),
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),

@@ -66,7 +66,7 @@ def _agree(part: torch.Tensor, ctx: DistContext) -> None:
 def rank_data_15d(data, edges, ctx: DistContext, *, replication: int, parts: int,
                   method: str = "metis", seed: int = 0, cache_dir=None, overlap: bool = True,
                   forward_policy=None, backward_policy=None, replica_policy=None,
-                  budget=None) -> tuple:  # fmt: skip
+                  budget=None, progress=None) -> tuple:  # fmt: skip
     """This rank's 1.5D share: ``(RankData, GridReducer, ProcessGrid)``. ``edges = (src,
     dst, N)`` are cut into ``parts / replication`` row blocks by ``method``.
 
@@ -79,15 +79,16 @@ def rank_data_15d(data, edges, ctx: DistContext, *, replication: int, parts: int
         raise ConfigError(problem + ".")
     grid = ProcessGrid(ctx.world_size, replication)
     src, dst, n = edges
-    part, quality, path = shared_partition(data, edges, ctx, parts=parts, method=method,
-                                           seed=seed, cache_dir=cache_dir,
-                                           blocks=grid.blocks)  # fmt: skip
+    part, quality, path, reports = shared_partition(
+        data, edges, ctx, parts=parts, method=method, seed=seed, cache_dir=cache_dir,
+        blocks=grid.blocks, progress=progress,
+    )  # fmt: skip
     _agree(part, ctx)
     plan = rank_plan(src, dst, n, part, grid, ctx.rank)
     exchange = make_exchange(plan, ctx, forward_policy, backward_policy, budget)
     graph = BlockGraph(plan, ctx, grid, exchange, replica_policy, overlap)
     column = ColumnGroup(grid, ctx)  # a collective: every rank builds every column's group
-    rd = owned_rows(data, graph, quality, path)
+    rd = owned_rows(data, graph, quality, path, reports)
     log.info("rank %d: block %d of %d (replica %d of %d), %d rows, %d halo, %d local edges",
              ctx.rank, grid.block_of(ctx.rank), grid.blocks, grid.replica_of(ctx.rank),
              replication, plan.n_own, plan.n_halo, plan.local_src.numel())  # fmt: skip
@@ -134,14 +135,15 @@ def _build_15d(d, data, edges, ctx, **kw) -> RankShare:
 
 
 #: ``name -> build(d, data, edges, ctx, *, parts, cache_dir, forward_policy,
-#: backward_policy, budget) -> RankShare``
+#: backward_policy, budget, progress) -> RankShare``
 ALGORITHMS: dict[str, Callable[..., RankShare]] = {"1d": _build_1d, "1.5d": _build_15d}
 
 
 def build_rank(d, data, edges, ctx: DistContext, **kw) -> RankShare:
     """This rank's :class:`RankShare` for the distributed section ``d`` (its
     ``algorithm``, ``replication``, ``method``, ``seed``, ``overlap``, ``replica_bits``);
-    ``kw``: ``parts``, ``cache_dir``, ``forward_policy``, ``backward_policy``, ``budget``."""
+    ``kw``: ``parts``, ``cache_dir``, ``forward_policy``, ``backward_policy``, ``budget``,
+    ``progress``."""
     return ALGORITHMS[d.algorithm](d, data, edges, ctx, **kw)
 
 

@@ -19,7 +19,7 @@ from ..core.controller import RSCController
 from ..core.solver import LayerProblem
 from ..sampling import get_rule, selection_key
 from ..sampling.order import stable_order
-from .runtime import DistContext, DistributedError
+from .runtime import DistContext
 
 __all__ = ["DistributedRSCController", "gather_rows"]
 
@@ -41,8 +41,7 @@ def gather_rows(t: torch.Tensor, ctx: DistContext) -> tuple[torch.Tensor, torch.
         parts = [torch.empty_like(pad) for _ in range(ctx.world_size)]
         dist.all_gather(parts, pad)
     except RuntimeError as exc:
-        raise DistributedError(f"rank {ctx.rank}: gathering the solver's inputs failed: "
-                               f"{exc}") from None  # fmt: skip
+        raise ctx.failure("gathering the solver's inputs", exc) from None
     nbytes = pad.numel() * pad.element_size() * (ctx.world_size - 1)
     ctx.bytes.add("control", sent=nbytes, received=nbytes)
     rows = torch.cat([p[: int(s)] for p, s in zip(parts, sizes)])

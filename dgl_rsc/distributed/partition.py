@@ -15,6 +15,7 @@ import logging
 import numbers
 import os
 import re
+import time
 from typing import Callable, Optional, Union
 
 import numpy as np
@@ -87,19 +88,42 @@ def _symmetric_csr(src, dst, n) -> tuple[np.ndarray, np.ndarray]:
 
 
 def metis_assignment(
-    src, dst, n: int, parts: int, seed: int, instead: str = "use method='random' or 'contiguous'"
+    src,
+    dst,
+    n: int,
+    parts: int,
+    seed: int,
+    instead: str = "use method='random' or 'contiguous'",
+    progress: Optional[Callable[[int, int], None]] = None,
+    report: Optional[dict] = None,
 ) -> torch.Tensor:
     """``(N,)`` int64 METIS part of each node: pymetis on the symmetrized graph without
     self-loops, METIS seeded with ``seed`` (deterministic for a given seed). Without pymetis,
-    an ``ImportError`` that says how to install it, or what to do ``instead``."""
+    an ``ImportError`` that says how to install it, or what to do ``instead``. With
+    ``progress`` (called as ``progress(step, 3)``: symmetrized, METIS, done), a graph of more
+    than :data:`~dgl_rsc.distributed.metis_child.CHILD_EDGES` edges is cut in a child process
+    (the same result) while ``progress`` keeps being called; ``report`` receives
+    ``metis_s`` and, from a child, its peak resident memory ``metis_peak_bytes``."""
     pymetis, reason = _deps._probe("pymetis")
     if pymetis is None:
         raise ImportError(f"METIS partitions need pymetis, which is not usable ({reason}): "
                           f"`pip install pymetis`, or {instead}.")  # fmt: skip
+    from .metis_child import CHILD_EDGES, metis_in_child
+
+    step = progress or (lambda done, total: None)
     xadj, adjncy = _symmetric_csr(src, dst, n)
-    result = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy),
-                                options=pymetis.Options(seed=int(seed)))  # fmt: skip
-    return torch.as_tensor(np.asarray(result.vertex_part, dtype=np.int64))
+    step(1, 3)
+    t0, report = time.perf_counter(), {} if report is None else report
+    if progress is not None and adjncy.size > CHILD_EDGES:
+        part, peak = metis_in_child(xadj, adjncy, parts, seed, lambda: step(1, 3))
+        report["metis_peak_bytes"] = int(peak)
+    else:
+        result = pymetis.part_graph(parts, adjacency=pymetis.CSRAdjacency(xadj, adjncy),
+                                    options=pymetis.Options(seed=int(seed)))  # fmt: skip
+        part = np.asarray(result.vertex_part, dtype=np.int64)
+    report["metis_s"] = time.perf_counter() - t0
+    step(2, 3)
+    return torch.as_tensor(part)
 
 
 def _metis_dgl(src, dst, n: int, parts: int, seed: int) -> torch.Tensor:
@@ -132,7 +156,14 @@ PARTITIONERS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def partition_nodes(
-    src, dst, num_nodes: int, parts: int, method: str = "metis", seed: int = 0
+    src,
+    dst,
+    num_nodes: int,
+    parts: int,
+    method: str = "metis",
+    seed: int = 0,
+    progress: Optional[Callable[[int, int], None]] = None,
+    report: Optional[dict] = None,
 ) -> torch.Tensor:
     """Assign each node to one of ``parts`` parts.
 
@@ -143,6 +174,8 @@ def partition_nodes(
         parts: ``P``, in ``[1, N]``.
         method: a key of :data:`PARTITIONERS`.
         seed: seed of ``random`` and of METIS (the same seed gives the same partition).
+        progress, report: METIS's progress callback and measurements
+            (:func:`metis_assignment`; other methods ignore them).
 
     Returns:
         ``(N,)`` int64 CPU tensor of part ids in ``[0, P)``; every part is non-empty.
@@ -158,7 +191,8 @@ def partition_nodes(
     """
     src, dst, n = check_edges(src, dst, num_nodes)
     _check_args(n, parts, method, seed)
-    part = PARTITIONERS[method](src, dst, n, int(parts), int(seed)).to(torch.int64)
+    kw = {"progress": progress, "report": report} if method == "metis" else {}
+    part = PARTITIONERS[method](src, dst, n, int(parts), int(seed), **kw).to(torch.int64)
     sizes = torch.bincount(part, minlength=int(parts))
     if part.shape != (n,) or sizes.numel() != parts:
         raise RuntimeError(f"method {method!r} returned a malformed partition {tuple(part.shape)}.")
@@ -284,6 +318,8 @@ def load_or_partition(
     method: str = "metis",
     seed: int = 0,
     cache_dir: Union[str, os.PathLike, None] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+    report: Optional[dict] = None,
 ) -> tuple[torch.Tensor, dict, Optional[str]]:
     """:func:`partition_nodes` and :func:`partition_quality`, cached on disk.
 
@@ -300,15 +336,25 @@ def load_or_partition(
     Args:
         src, dst, num_nodes, parts, method, seed: as in :func:`partition_nodes`.
         cache_dir: the cache folder (created when missing); ``None`` disables the cache.
+        progress: passed to :func:`partition_nodes` when the partition is computed.
+        report: filled with ``cached`` (the partition was read from the cache), the seconds
+            of ``partition_s`` (computing or reading it) and ``quality_s``, and what
+            :func:`metis_assignment` measured.
 
     Returns:
         ``(part (N,) int64, quality dict, path of the .npz or None)``.
     """
     src, dst, n = check_edges(src, dst, num_nodes)
     _check_args(n, parts, method, seed)
+    report = {} if report is None else report
+    t0 = time.perf_counter()
     if cache_dir is None:
-        part = partition_nodes(src, dst, n, parts, method, seed)
-        return part, partition_quality(src, dst, n, part, parts), None
+        part = partition_nodes(src, dst, n, parts, method, seed, progress, report)
+        report.update(cached=False, partition_s=time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        quality = partition_quality(src, dst, n, part, parts)
+        report["quality_s"] = time.perf_counter() - t0
+        return part, quality, None
     parts, seed = int(parts), int(seed)
     key = _cache_key(src, dst, n, parts, method, seed)
     name = f"part-{method}-p{parts}-s{seed}-{key[:20]}"
@@ -317,19 +363,25 @@ def load_or_partition(
     path = os.path.join(os.fspath(cache_dir), name + ".npz")
     qpath = path[: -len(".npz")] + ".json"
     status, part = _read_part(path, key, n, parts)
+    report["cached"] = status == "hit"
     if status != "hit":
         if status != "missing":
             log.warning("partition cache %s is %s; recomputing it", path, status)
-        part = partition_nodes(src, dst, n, parts, method, seed)
+        part = partition_nodes(src, dst, n, parts, method, seed, progress, report)
         if status == "foreign":
             log.warning("%s is not a dgl_rsc partition file; left untouched, not cached", path)
+            report["partition_s"] = time.perf_counter() - t0
             return part, partition_quality(src, dst, n, part, parts), None
         write_entry(path, _FORMAT, key, {"part": part.numpy(), "num_nodes": np.array(n)},
                     compressed=True)  # fmt: skip
+    report["partition_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     status, quality = _read_quality(qpath, key, part, parts, int(src.numel()))
     if status == "hit":
+        report["quality_s"] = time.perf_counter() - t0
         return part, quality, path
     quality = partition_quality(src, dst, n, part, parts)
+    report["quality_s"] = time.perf_counter() - t0
     if status == "foreign":
         log.warning("%s is not a dgl_rsc partition file; left untouched, not cached", qpath)
     else:

@@ -3,8 +3,9 @@
 Workers are started by torch's launcher (``torchrun`` / ``python -m torch.distributed.run``,
 which ``dgl-rsc run --nproc N`` calls) and find each other through the environment it sets
 (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...). Every blocking wait has a timeout, and a
-failed wait raises :class:`DistributedError` naming this rank and the peer; torch's launcher
-then stops the other workers.
+failed wait raises :class:`DistributedError` naming this rank, the peer, and the ranks and
+nodes whose heartbeat stopped (:mod:`.liveness`); torch's launcher then stops the other
+workers.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
+import socket
 from collections import defaultdict
 from typing import Optional
 
 import torch
 import torch.distributed as dist
+
+from .liveness import Heartbeat, connect_store
 
 __all__ = [
     "DistContext",
@@ -108,10 +112,39 @@ class DistContext:
     device: torch.device
     timeout: datetime.timedelta
     bytes: ByteCounter = dataclasses.field(default_factory=ByteCounter)
+    local_rank: int = 0
+    #: per rank ``{"node", "host", "pid"}`` (gathered when the group is joined)
+    peers: list = dataclasses.field(default_factory=list)
+    heartbeat: Optional[object] = None  # a .liveness.Heartbeat, when the store is reachable
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes (machines) the ranks run on."""
+        return len({p["node"] for p in self.peers}) if self.peers else 1
+
+    def where(self, rank: int) -> str:
+        """``"rank 1 (node 1, host h, pid 123)"``, or ``"rank 1"`` before the peers are known."""
+        if rank < len(self.peers):
+            p = self.peers[rank]
+            return f"rank {rank} (node {p['node']}, host {p['host']}, pid {p['pid']})"
+        return f"rank {rank}"
+
+    def failure(self, what: str, exc: BaseException) -> DistributedError:
+        """The error of a failed exchange: ``what`` failed, and the ranks (with their nodes)
+        whose heartbeat stopped, when any did."""
+        lost = self.heartbeat.lost() if self.heartbeat is not None else []
+        text = f"{self.where(self.rank)}: {what} failed: {' '.join(str(exc).split())}"
+        if lost is None:
+            text += ("; the rendezvous store cannot be reached: node 0 (which hosts it, "
+                     f"{self.where(0)}) is gone")  # fmt: skip
+        elif lost:
+            names = ", ".join(self.where(r) for r in lost)
+            text += f"; lost {names}: its heartbeat stopped (killed, or its node went down)"
+        return DistributedError(text)
 
     def barrier(self, what: str) -> None:
         """A barrier that fails with the rank and ``what`` instead of hanging."""
@@ -120,8 +153,8 @@ class DistContext:
         try:
             dist.monitored_barrier(timeout=self.timeout) if _monitored() else dist.barrier()
         except RuntimeError as exc:
-            raise DistributedError(f"rank {self.rank}: {what}: a peer did not arrive "
-                                   f"within {self.timeout} ({exc}).") from None  # fmt: skip
+            raise self.failure(f"{what}: a barrier (a peer did not arrive within "
+                               f"{self.timeout})", exc) from None  # fmt: skip
 
     def all_reduce_(self, t: torch.Tensor, kind: str = "control", op: str = "sum") -> torch.Tensor:
         """Sum (``op="max"``: the maximum of) ``t`` over ranks in place (counted as
@@ -130,8 +163,7 @@ class DistContext:
             try:
                 dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
             except RuntimeError as exc:
-                raise DistributedError(f"rank {self.rank}: all-reduce ({kind}) failed: "
-                                       f"{exc}") from None  # fmt: skip
+                raise self.failure(f"all-reduce ({kind})", exc) from None
             wire = t.numel() * t.element_size() * 2 * (self.world_size - 1) // self.world_size
             self.bytes.add(kind, sent=wire, received=wire)
         return t
@@ -168,7 +200,18 @@ def init_from_env(backend: str = "auto", device: str = "cpu", timeout_s: float =
     timeout = datetime.timedelta(seconds=timeout_s)
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=timeout)
-    return DistContext(dist.get_rank(), dist.get_world_size(), dev, timeout)
+    ctx = DistContext(dist.get_rank(), dist.get_world_size(), dev, timeout,
+                      local_rank=int(os.environ.get("LOCAL_RANK", 0)))  # fmt: skip
+    me = {"node": int(os.environ.get("GROUP_RANK", 0)), "host": socket.gethostname(),
+          "pid": os.getpid()}  # fmt: skip
+    peers = [None] * ctx.world_size
+    dist.all_gather_object(peers, me)
+    ctx.peers = peers
+    store = connect_store(min(timeout_s, 30.0))
+    if store is not None and ctx.world_size > 1:
+        interval = min(2.0, timeout_s / 10)
+        ctx.heartbeat = Heartbeat(store, ctx.rank, ctx.world_size, interval).start()
+    return ctx
 
 
 def wait_all(works: list, ctx: DistContext, what: str, peers: Optional[list] = None) -> None:
@@ -177,6 +220,5 @@ def wait_all(works: list, ctx: DistContext, what: str, peers: Optional[list] = N
         try:
             w.wait(ctx.timeout)
         except RuntimeError as exc:
-            peer = f" with rank {peers[i]}" if peers else ""
-            raise DistributedError(f"rank {ctx.rank}: {what}{peer} failed or timed out after "
-                                   f"{ctx.timeout}: {exc}") from None  # fmt: skip
+            peer = f" with {ctx.where(peers[i])}" if peers else ""
+            raise ctx.failure(f"{what}{peer} (timeout {ctx.timeout})", exc) from None

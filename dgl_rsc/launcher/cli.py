@@ -4,7 +4,8 @@ Exit codes: 0 done; 2 bad command line, config, data, output directory or checkp
 output that cannot be written (a full disk) (one line on stderr, no traceback; checked before
 any training where possible); 3 a run diverged (its training loss became NaN or infinite;
 what was written is kept); 130 interrupted (the message prints the full command that
-continues the run); 1 a crash of dgl-rsc itself (with ``--nproc``: the rank and its log).
+continues the run); 1 a crash of dgl-rsc itself (with ``--nproc``: the rank and its log), or
+a lost peer (one line naming the rank and the node that went away).
 
 With ``--nproc N`` the same holds: the parent checks the config, the environment, the device,
 the backend and the graph before it starts a worker, and turns the workers' end into one of
@@ -213,7 +214,7 @@ def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
         remove_owned,
         remove_stale_temps,
     )
-    from .report import environment, format_setup, format_table, write_report
+    from .report import environment, format_partition, format_setup, format_table, write_report
     from .runid import start_run_id
     from .train import run_experiment
 
@@ -255,6 +256,8 @@ def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
     print()
     print(format_table(summary, prep.data.metric))
     print(f"\n{format_setup(env['setup_s'])}")
+    if prep.partition is not None:
+        print(format_partition(prep.partition))
     print(f"\nwall time {time.perf_counter() - start:.1f} s on {env['device_name']}; "
           f"results in {out}/ (results.json, metrics.csv, summary.png)")  # fmt: skip
     return 0
@@ -274,6 +277,7 @@ def main(
     """Entry point of ``dgl-rsc`` and ``python -m dgl_rsc``; returns the exit code.
     ``on_epoch_end(run, epoch)`` (``run`` like ``"rsc-seed0"``) is called after each
     training epoch and its checkpoint (see :func:`dgl_rsc.launcher.train.run_experiment`)."""
+    from ..distributed.runtime import DistributedError
     from .prepare import TrainingDiverged
 
     name = build_parser(prog).prog
@@ -297,6 +301,9 @@ def main(
     except TrainingDiverged as exc:
         print(f"{name} {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 3
+    except DistributedError as exc:  # a worker under a plain torchrun: a peer went away
+        print(f"{name} {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"\n{name} {args.command}: interrupted before training started", file=sys.stderr)
         return 130

@@ -14,6 +14,10 @@ from ..core.config import ConfigError
 from .outputs import PARTITION_CACHE
 
 __all__ = [
+    "join",
+    "check_same_config",
+    "config_digest",
+    "NODE_LOCAL_KEYS",
     "prepare_rank",
     "policies_for",
     "budget_for",
@@ -29,9 +33,15 @@ __all__ = [
 _DATA_INFO = ("task", "metric", "num_classes", "num_nodes", "name")
 
 
-def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls):
-    """This rank's share of the experiment (the process group is joined here)."""
-    from ..distributed.algorithms import build_rank
+#: config keys that may differ between nodes (paths and threads of each machine); the rest
+#: must be the same on every rank (:func:`check_same_config`)
+NODE_LOCAL_KEYS = ("dataset.root", "dataset.path", "distributed.partition_cache",
+                   "train.threads")  # fmt: skip
+
+
+def join(cfg):
+    """Join the process group torch's launcher described, and check that every rank runs
+    the same config; returns the :class:`~dgl_rsc.distributed.runtime.DistContext`."""
     from ..distributed.runtime import init_from_env, launched_by_torchrun
 
     d = cfg.distributed
@@ -42,21 +52,73 @@ def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_c
             "run CONFIG), or set distributed: null to train on one process."
         )
     ctx = init_from_env(d.backend, cfg.train.device, d.timeout_s)
+    check_same_config(cfg.to_dict(), ctx)
+    return ctx
+
+
+def _flat(tree: dict, head: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        key = f"{head}{k}"
+        out.update(_flat(v, key + ".") if isinstance(v, dict) else {key: v})
+    return out
+
+
+def config_digest(config: dict) -> tuple:
+    """``(sha256, flat config)`` of a resolved config without :data:`NODE_LOCAL_KEYS`."""
+    import hashlib
+    import json
+
+    flat = {k: v for k, v in _flat(config).items() if k not in NODE_LOCAL_KEYS}
+    text = json.dumps(flat, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest(), flat
+
+
+def check_same_config(config: dict, ctx) -> None:
+    """A ``ConfigError`` on every rank when a rank's resolved config differs from rank 0's
+    (keys of :data:`NODE_LOCAL_KEYS` aside), naming the rank, its node and the keys."""
+    import torch.distributed as dist
+
+    every = [None] * ctx.world_size
+    dist.all_gather_object(every, config_digest(config))
+    for r, (digest, theirs) in enumerate(every):
+        if digest != every[0][0]:
+            base = every[0][1]
+            keys = sorted(k for k in set(base) | set(theirs) if base.get(k) != theirs.get(k))
+            diff = "; ".join(
+                f"{k}: {theirs.get(k)!r} there, {base.get(k)!r} on rank 0" for k in keys[:5]
+            )
+            raise ConfigError(
+                f"{ctx.where(r)} runs another config than rank 0 ({diff}); start every node "
+                "with the same CONFIG and --set values."
+            )
+
+
+def prepare_rank(cfg, data, edges, name: str, out_dir: Optional[str], prepared_cls, ctx=None,
+                 progress=None):  # fmt: skip
+    """This rank's share of the experiment (the process group is joined here unless ``ctx``
+    is given); ``progress(done, total)`` follows a long partition."""
+    from ..distributed.algorithms import build_rank
+
+    d = cfg.distributed
+    ctx = ctx or join(cfg)
     parts = d.partitions or ctx.world_size
     default = os.path.join(out_dir, PARTITION_CACHE) if out_dir else None
     cache = d.partition_cache or default
     fwd, bwd = policies_for(d, ctx)
     share = build_rank(d, data, edges, ctx, parts=parts, cache_dir=cache,  # 1d or 1.5d
                        forward_policy=fwd, backward_policy=bwd,
-                       budget=budget_for(d, ctx.rank))  # fmt: skip
+                       budget=budget_for(d, ctx.rank), progress=progress)  # fmt: skip
     rd = share.data
+    partition = {"quality": rd.quality, "file": rd.partition_file, "method": d.method,
+                 "report": rd.partition_report}  # fmt: skip
     # the rank keeps its share only: the whole graph's features and edges (on the 200k preset
     # about 0.75 GB in every rank) are let go, with what the run still reads of the dataset
     info = types.SimpleNamespace(**{k: getattr(data, k) for k in _DATA_INFO})
     none = torch.empty(0, dtype=torch.int64)
     prep = prepared_cls(info, (none, none, edges[2]), rd.feat, rd.label, rd.masks, ctx.device,
                     data.fingerprint(), name, {"native": rd.graph}, share.reducer, ctx,
-                    {"quality": rd.quality, "file": rd.partition_file})  # fmt: skip
+                    partition)  # fmt: skip
     prep.owned, prep.share = rd.owned, share
     return prep
 
@@ -116,10 +178,16 @@ def start_run(prep) -> None:
 
 
 def traffic_now(prep):
-    """This rank's byte counters and exchange timings so far (``None`` on one process)."""
+    """This rank's byte counters and exchange timings so far, with the process's CPU
+    seconds (``process_cpu``: what the rank computed and copied, waits excluded); ``None``
+    on one process."""
     if prep.dist is None:
         return None
-    return prep.dist.bytes.snapshot(), dict(prep.graph("native").exchange.timings)
+    import time
+
+    timings = dict(prep.graph("native").exchange.timings)
+    timings["process_cpu"] = time.process_time()
+    return prep.dist.bytes.snapshot(), timings
 
 
 def epoch_traffic(prep, before) -> dict:

@@ -146,6 +146,11 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None, progress: bool = Fals
         )
     device = resolve_device(cfg.train.device)
     check_backend(cfg, device)
+    ctx = None
+    if cfg.distributed is not None:  # every rank runs the same config: checked before the data
+        from .dist_run import join
+
+        ctx = join(cfg)
     allocator = "default"
     if cfg.train.keep_freed_memory:  # the launcher's own process: see keep_freed_memory
         from ..base.memory import keep_freed_memory
@@ -175,8 +180,10 @@ def prepare(cfg: RunConfig, out_dir: Optional[str] = None, progress: bool = Fals
     if cfg.distributed is not None:
         from .dist_run import prepare_rank
 
-        with Phase("setup: partition and this rank's share", setup, "partition", enabled=progress):
-            prep = prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared)
+        with Phase("setup: partition and this rank's share", setup, "partition",
+                   enabled=progress) as ph:  # fmt: skip
+            prep = prepare_rank(cfg, data, (src, dst, n), name, out_dir, Prepared, ctx,
+                                ph.update)  # fmt: skip
         prep.allocator, prep.progress, prep.setup_s = allocator, progress, setup
         return prep
     prep = Prepared(data, (src, dst, n), data.feat.to(device), data.label.to(device), masks,
