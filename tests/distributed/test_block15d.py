@@ -96,3 +96,23 @@ def test_training_equals_1d_and_one_process_and_reports_bytes_by_algorithm(tmp_p
                 ), kind
     summary = json.loads((tmp_path / "15d" / "results.json").read_text())["runs"][0]
     assert summary["distributed"]["blocks"] == 2
+
+
+def test_the_byte_budget_caps_each_replicas_halo_under_15d(tmp_path):
+    cfg = write_config(tmp_path, distributed={"comm_budget": 0.3}, rsc={"budget": 0.3},
+                       train={"epochs": 5})  # fmt: skip
+    out = tmp_path / "out"
+    proc = dgl_rsc(cfg, "--out", str(out), "--nproc", "4", "--set",
+                   "distributed.algorithm=1.5d", "--set", "distributed.replication=2",
+                   timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for run in json.loads((out / "results.json").read_text())["runs"]:
+        record = run["distributed"]
+        assert record["algorithm"] == "1.5d" and record["replication"] == 2
+        cb = record["comm_budget"]
+        assert cb["steps"] == 5 and cb["sent_fraction_max"] <= 0.3 and not cb["over_budget"]
+        sent = [sum(rk["forward_halo"]["sent"] + rk["backward_halo"]["sent"]
+                    for rk in h["dist"]["bytes"]) for h in run["history"]]  # fmt: skip
+        assert sum(sent) / 5 == pytest.approx(cb["sent_per_step"])
+        assert record["bytes"]["total"]["replica_reduce"] > 0  # the replica sums still travel
+        assert all(torch.isfinite(torch.tensor(h["loss"])) for h in run["history"])
