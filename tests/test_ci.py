@@ -22,16 +22,26 @@ def test_readme_make_commands_are_makefile_targets():
 
 def test_ci_runs_lint_then_both_test_environments():
     steps = re.findall(r"^step ([\w-]+)$", (ROOT / ".ci" / "run").read_text(), re.M)
-    assert steps == ["venv", "lint", "test", "docs", "test-dist", "venv-modern", "test-modern"]
+    assert steps == ["venv", "lint", "test", "test-heavy", "docs", "test-dist", "venv-modern",
+                     "test-modern"]  # fmt: skip
     assert set(steps) <= make_targets()
 
 
 def test_test_modern_deselects_the_dgl_marker():
     text = (ROOT / "Makefile").read_text()
     markers = re.search(r"^MODERN_MARKERS := (.+)$", text, re.M).group(1)
-    assert markers.split(" and ") == ["not dgl", "not gpu", "not slow"]
+    assert markers.split(" and ") == ["not dgl", "not gpu", "not slow", "not heavy"]
     recipe = re.search(r"^test-modern:.*\n\t(.+)$", text, re.M).group(1)
     assert recipe == '$(PY_MODERN) -m pytest -m "$(MODERN_MARKERS)"'
+
+
+def test_make_test_leaves_out_the_heavy_and_slow_cases_which_have_their_own_targets():
+    cfg = (ROOT / "setup.cfg").read_text()
+    addopts = re.search(r"^addopts = .*-m \"([^\"]+)\"", cfg, re.M).group(1)
+    assert addopts.split(" and ") == ["not gpu", "not slow", "not heavy"]
+    text = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test-heavy:.*\n\t\$\(PY\) -m pytest -m heavy$", text, re.M)
+    assert re.search(r"^test-dist:.*\n\t\$\(PY\) -m pytest -m slow tests/distributed$", text, re.M)
 
 
 def test_modern_lock_pins_everything_and_has_no_dgl():

@@ -107,3 +107,18 @@ def category(range_name: str, event_name: str):
     if event_name == range_name or own == "int8_draws":
         return own
     return OPS.get(event_name, own)
+
+
+def main(argv=None) -> int:
+    """Print the INT8 categories and the functions each labelled range covers."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.parse_args(argv)
+    print("\n".join(INT8_SPLIT))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

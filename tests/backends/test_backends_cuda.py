@@ -36,6 +36,7 @@ VALUE_DTYPES = [
 
 
 # -- simulator ----------------------------------------------------------------------------------
+@pytest.mark.heavy
 @pytest.mark.cudasim
 def test_numba_kernels_under_simulator():
     if importlib.util.find_spec("numba") is None:  # no import: this process keeps real numba

@@ -22,6 +22,7 @@ def test_require_messages_name_the_fix(monkeypatch):
         _deps.require_dgl()
 
 
+@pytest.mark.heavy
 def test_importing_dgl_rsc_changes_nothing_in_the_process():
     """No warnings filter installed by dgl_rsc's own code, DGLBACKEND set only while DGL is
     imported, NumPy's namespace untouched (the numba-cuda alias comes with require_numba_cuda)."""

@@ -51,6 +51,7 @@ def _glibc_with_mallinfo2() -> bool:
     return libc is not None and hasattr(libc, "mallinfo2")
 
 
+@pytest.mark.heavy
 def test_import_leaves_malloc_alone_and_the_call_changes_it():
     if not _glibc_with_mallinfo2():
         pytest.skip("needs glibc >= 2.33 (mallinfo2) to probe the allocator's settings")

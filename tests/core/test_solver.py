@@ -55,6 +55,7 @@ def ratio_step_baseline(problems, budget, step=0.02, per_cost=True):
     return err, cost
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("rule", ["topk", "cost"])
 def test_at_least_as_good_as_the_reference_greedy(rule):
     """The reference implementation ignores how much budget a step saves; the package's
@@ -74,6 +75,7 @@ def test_at_least_as_good_as_the_reference_greedy(rule):
     assert wins > 0  # the two rules do differ on these instances
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("rule", ["topk", "cost"])
 def test_at_least_as_good_as_the_coarse_greedy(rule):
     gen = torch.Generator().manual_seed(0)

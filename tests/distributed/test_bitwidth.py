@@ -176,6 +176,7 @@ def test_bit_histogram_and_doctests():
 
 
 # -- calibration --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_calibrate_over_gloo(tmp_path):
     proc = torchrun(2, str(ROOT / "tests" / "workers" / "worker_calibrate.py"), str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -227,6 +227,7 @@ def test_the_launcher_builds_a_budget_only_where_one_applies():
     assert len(auto.boundary) > 1
 
 
+@pytest.mark.heavy
 def test_the_codec_variance_model_is_the_codecs_variance():
     """At 2/4/8 bits the modelled variance is the codec's expected one (measured over draws),
     under bitwidth's bound D/4 (range / (2^b - 1))^2, and 0 for ReLU zeros at offset 0."""

@@ -29,7 +29,8 @@ def torchrun(nproc: int, *args, timeout=240) -> subprocess.CompletedProcess:
     return run_cmd(cmd, timeout=timeout, env=ENV)
 
 
-@pytest.mark.parametrize("mode", ["exact", pytest.param("full", marks=pytest.mark.slow), "sampled"])
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["exact", "full", "sampled"])
 def test_halo_product_equals_the_global_product(tmp_path, mode):
     proc = torchrun(2, str(ROOT / "tests" / "workers" / "worker_product.py"), str(tmp_path), mode)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -50,6 +51,7 @@ def test_halo_product_equals_the_global_product(tmp_path, mode):
         assert min(sent) >= 0
 
 
+@pytest.mark.slow
 def test_the_distributed_solve_is_the_single_process_solve_shared_by_rank(tmp_path):
     """The ranks gather their rows, solve the same global problem and each keeps its rows'
     share: together exactly what one process holding every row allocates."""
@@ -102,6 +104,7 @@ def losses(out):
     return {r["method"]: torch.tensor([h["loss"] for h in r["history"]]) for r in runs}, runs
 
 
+@pytest.mark.slow
 def test_two_process_training_equals_one_process(tmp_path):
     """Exact and RSC at budget 1.0 on 2 partitions: per-epoch losses equal to float32
     rounding to a single process (dropout included: every rank draws the whole graph's mask);

@@ -160,6 +160,7 @@ def test_encode_keeps_subnormals_under_cupys_ftz(tmp_path):
 
 
 # -- Numba simulator ----------------------------------------------------------------------------
+@pytest.mark.heavy
 @pytest.mark.cudasim
 def test_numba_kernels_under_simulator():
     if importlib.util.find_spec("numba") is None:

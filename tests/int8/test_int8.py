@@ -360,6 +360,7 @@ def test_quantize_model_layers_and_errors():
         quantize_model(model, "upward")
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("rounding", ROUNDINGS)
 def test_int8_training_with_rsc_converges(rounding):
     g, feat, label = planted_graph()

@@ -290,6 +290,7 @@ def test_the_continue_command_keeps_nproc_and_the_other_flags():
     assert words[words.index("--set") + 1] == "train.lr=0.1"
 
 
+@pytest.mark.heavy
 def test_the_continue_command_works_when_pasted(tmp_path):
     cfg = write_config(tmp_path, train={"epochs": 4, "checkpoint_every": 1})
     script = tmp_path / "stop.py"
@@ -344,6 +345,7 @@ def test_a_stale_lock_is_taken_over_and_a_live_holder_respected(tmp_path, capsys
         live.wait()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("force", [False, True])
 def test_two_runs_into_one_new_folder(tmp_path, force):
     cfg = write_config(tmp_path, train={"epochs": 30})

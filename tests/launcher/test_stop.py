@@ -114,7 +114,9 @@ def _same_numbers(a: dict, b: dict) -> None:
             }
 
 
-@pytest.mark.parametrize("train", [{}, PLATEAU], ids=["defaults", "plateau"])
+@pytest.mark.parametrize(
+    "train", [{}, pytest.param(PLATEAU, marks=pytest.mark.heavy)], ids=["defaults", "plateau"]
+)
 def test_a_killed_and_resumed_run_equals_the_uninterrupted_one_bit_for_bit(tmp_path, train):
     from .test_launcher import run_cli, run_killed
 
