@@ -4,7 +4,10 @@
 its exact fp32 1D exchange: per message *group* (a direction, a layer's exchange, a peer) the
 plan's boundary rows times ``4 D`` bytes forward, and backward ``4 D + 4`` (the gradient rows
 travel with an int32 index) times the rows the exact exchange sends back (the halo rows to
-which the exact product gives a non-zero gradient, :func:`~.local_graph.halo_reach`). A
+which the exact product of this step's output gradient gives a non-zero gradient,
+:func:`~.local_graph.halo_reach`): what the plain :class:`~.exchange.HaloExchange` sends for
+the same inputs. Below a backward that was sampled, rows whose gradient the sample left out
+upstream are zero and do not count: there the reference is at most the exact run's. A
 group can travel at a *width* (32, 16, 8, 4 or 2 bits,
 :mod:`.codecs`) and with a *row count*: backward, the halo sample of :mod:`.halo_sample`;
 forward, opt-in, the boundary sample of :mod:`.boundary`. Each choice has

@@ -12,6 +12,7 @@ from dgl_rsc.distributed.bitwidth import _hull, _pareto
 from dgl_rsc.distributed.budget_plan import CommBudget, combine_reports
 from dgl_rsc.distributed.codecs import codec_for
 from dgl_rsc.distributed.comm_budget import (
+    FRACTIONS,
     Choice,
     GroupTable,
     allocate,
@@ -263,3 +264,89 @@ def test_a_bad_budget_stops_the_launcher_before_any_worker(tmp_path):
         assert proc.returncode == 2 and message in proc.stderr
         assert "Traceback" not in proc.stderr
         assert "starting 2 workers" not in proc.stdout + proc.stderr
+
+
+def exchange_steps(P, make_exchange, steps=4, layers=1, D=8):
+    """``steps`` training steps of a ``layers``-deep chain of aggregations (ReLU and a
+    linear map between them, loss on a tenth of the nodes: most gradient rows are zero) on a
+    random graph of ``P`` ranks simulated in one process (:class:`.loopback.Loopback`); per
+    rank, the halo bytes it sent per step and the exchange it ran on."""
+    import datetime
+
+    from dgl_rsc.distributed.halo import all_local
+    from dgl_rsc.distributed.local_graph import LocalGraph
+    from dgl_rsc.distributed.partition import partition_nodes
+    from dgl_rsc.distributed.runtime import DistContext
+
+    from .loopback import Loopback
+
+    g = torch.Generator().manual_seed(0)
+    n = 300
+    src, dst = torch.randint(0, n, (2, 1500), generator=g)
+    plans = all_local(src, dst, n, partition_nodes(src, dst, n, P, "metis", 0), P)
+    x, target = torch.randn(n, D, generator=g), torch.randn(n, D, generator=g)
+    w = torch.randn(D, D, generator=g)
+    trained = [torch.rand(n, generator=g) < 0.1 for _ in range(steps)]  # a new mask a step
+
+    def rank(r):
+        lp = plans[r]
+        ctx = DistContext(r, P, torch.device("cpu"), datetime.timedelta(seconds=30))
+        ex = make_exchange(lp, ctx)
+        graph, sent = LocalGraph(lp, ctx, ex), []
+        for s in range(steps):
+            before = ctx.bytes.snapshot()
+            h = graph.rsc_aggregate(x[lp.owned].clone().requires_grad_(), None, lambda A: None)
+            for _ in range(layers - 1):
+                h = graph.rsc_aggregate(torch.relu(h) @ w, None, lambda A: None)
+            mask = trained[s][lp.owned]
+            ((h - target[lp.owned]).square().sum(1) * mask).sum().backward()
+            after = ctx.bytes.snapshot()
+            sent.append([after[k]["sent"] - before[k]["sent"]
+                         for k in ("forward_halo", "backward_halo")])  # fmt: skip
+        return sent, ex, lp
+
+    with Loopback() as net:
+        return net.run(P, rank)
+
+
+@pytest.mark.parametrize("kw", [dict(fraction=1.0), dict(fraction=0.3),
+                                dict(fraction=0.2, boundary=FRACTIONS)])  # fmt: skip
+def test_the_reference_is_what_the_plain_exchange_sends(kw):
+    """Per rank and step, the budget's reference is the halo bytes (forward and backward)
+    that the plain fp32 :class:`~.exchange.HaloExchange` sends for the same inputs: every
+    boundary row forward, and backward only the halo rows with a non-zero gradient (here
+    a fraction of the blocks: the loss is on a tenth of the nodes), with their index."""
+    from dgl_rsc.distributed.budget_exchange import BudgetedExchange
+    from dgl_rsc.distributed.exchange import HaloExchange
+
+    plain = exchange_steps(3, HaloExchange)
+    budgeted = exchange_steps(3, lambda lp, ctx: BudgetedExchange(
+        lp, ctx, CommBudget(rank=lp.rank, interval=2, **kw)))  # fmt: skip
+    for (sent, _, lp), (got, ex, _) in zip(plain, budgeted):
+        rep = ex.budget.report(ex.ctx.bytes.by_peer())
+        assert rep["reference_per_step"] == [f + b for f, b in sent]
+        assert all(0 < b < lp.n_halo * (4 * 8 + 4) for _, b in sent)  # not whole blocks
+        # and what the budget sent keeps to it, step by step
+        assert [f + b for f, b in got] == rep["sent_per_step"]
+        assert all(s <= kw["fraction"] * r for s, r in zip(rep["sent_per_step"],
+                                                           rep["reference_per_step"]))  # fmt: skip
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.1])
+def test_below_a_sampled_backward_the_reference_counts_the_rows_reached(fraction):
+    """Two aggregations: the lower one's reference counts the halo rows its gradient
+    reaches. Where the upper backward was sampled (from the second step, when the budget's
+    row caps come from the last measurement), fewer of the lower gradient's rows are
+    non-zero than in the exact run: the reference is at most the plain exchange's bytes (the
+    budget spends less than it could, never more), and equal at the first step of a budget
+    of 1.0 (every row at 32 bits)."""
+    from dgl_rsc.distributed.budget_exchange import BudgetedExchange
+    from dgl_rsc.distributed.exchange import HaloExchange
+
+    plain = exchange_steps(3, HaloExchange, layers=2)
+    budgeted = exchange_steps(3, lambda lp, ctx: BudgetedExchange(
+        lp, ctx, CommBudget(fraction, rank=lp.rank, interval=2)), layers=2)  # fmt: skip
+    for (sent, _, _), (_, ex, _) in zip(plain, budgeted):
+        ref, exact = ex.budget.report({})["reference_per_step"], [f + b for f, b in sent]
+        assert all(r <= e for r, e in zip(ref, exact))
+        assert ref[0] == exact[0] or fraction < 1.0
