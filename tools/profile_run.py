@@ -44,6 +44,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(1, os.path.join(os.path.dirname(__file__), "experiments"))
 
 from bench_common import machine, write_json
 from bench_cpu_e2e import categorize
@@ -111,7 +112,7 @@ def split(prof) -> dict:
     for ev in prof.events():
         name, cat, node = ev.name, None, ev
         while node is not None and cat is None:
-            cat = category(node.name, name)  # an INT8 range (tools/profile_int8.py)
+            cat = category(node.name, name)  # an INT8 range (tools/experiments/profile_int8.py)
             if cat is None:
                 cat = "optimizer" if node.name.startswith("Optimizer.") else RANGES.get(node.name)
             node = node.cpu_parent

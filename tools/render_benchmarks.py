@@ -36,7 +36,7 @@ def _where(m: dict) -> str:
 def _cmd(d: dict) -> str:
     """The command that wrote ``d``, with the script's path of today (drivers of past
     experiments moved to tools/experiments/)."""
-    cmd = d["command"]
+    cmd = d["command"].removeprefix("python ")
     script = re.match(r"tools/(\w+\.py)", cmd)
     if script and not (TOOLS / script.group(1)).exists():
         cmd = cmd.replace(script.group(0), f"tools/experiments/{script.group(1)}", 1)
@@ -245,6 +245,16 @@ def _bits_cell(row: dict) -> str:
     return f"comm_budget {comm}" if comm < 1 else str(row["bits"] or "-")
 
 
+def family_table(name: str) -> str:
+    """tools/validation_family.py: RSC's defaults against exact training, every run to
+    convergence"""
+    d = _load(name)
+    cmd = d["command"].replace(d["command"].split("--out ")[-1], f"docs/results/{name}")
+    return (f"{d['cpu']} ({d['cores']} cores), {d['date'][:10]}; patience {d['patience']} "
+            f"evaluations, at most {d['cap']} epochs. Command: `{cmd}`.\n\n"
+            f"{_experiment('validation_family', '').table(d)}")  # fmt: skip
+
+
 def dist_budget(name: str) -> str:
     """tools/experiments/budget_bytes.py: launcher runs under ``distributed.comm_budget``
     against an exact fp32 1D run of the same partition"""
@@ -276,47 +286,6 @@ def dist_budget(name: str) -> str:
             f"| {max(x['halo'] for x in v):.3f} | {max(x['backward'] for x in v):.3f} "
             f"| {max(x['halo_worst_epoch'] for x in v):.3f} | {tests or '-'} |"
         )
-    return "\n".join(out)
-
-
-def dist_budget_small(name: str) -> str:
-    """tools/experiments/dist_sweep.py --comm-budgets: per graph and process count, exact
-    and RSC with and without a byte budget against exact fp32 1D"""
-    d = _load(name)
-    m = d["machine"]
-    out = [
-        f"{_where(m)}, {m['date']}, gloo over loopback. Command: {_cmd(d)} (and the same "
-        "for each config). Halo bytes per epoch summed over ranks (RSC: its approximate "
-        "phase) over exact fp32 1D's; worst step: the budget's largest step over the "
-        "reference; test mean ± std over the seeds, and its difference to exact fp32 1D's.",
-        "",
-        "| config | P | method | comm_budget | test | vs exact fp32 | halo vs exact fp32 "
-        "| bwd vs exact fp32 | worst step |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    base = {(r["config"], r["nproc"]): r["exact"] for r in d["rows"]
-            if r["nproc"] > 1 and (r.get("comm_budget") or 1.0) >= 1.0}  # fmt: skip
-    for r in sorted(
-        d["rows"], key=lambda r: (r["config"], r["nproc"], -(r.get("comm_budget") or 1))
-    ):
-        ref = base.get((r["config"], r["nproc"]))
-        if r["nproc"] < 2 or not ref:
-            continue
-        for meth in ("exact", "rsc"):
-            x = r[meth]
-            if not x:
-                continue
-            cb = x.get("comm_budget") or {}
-            worst = cb.get("sent_fraction_max")
-            out.append(
-                f"| {Path(r['config']).name} | {r['nproc']} | {meth} "
-                f"| {r.get('comm_budget') or 1.0} "
-                f"| {x['test_mean']:.2f} ± {x['test_std']:.2f} "
-                f"| {x['test_mean'] - ref['test_mean']:+.2f} "
-                f"| {_halo(x) / _halo(ref):.3f} "
-                f"| {x['backward_halo_bytes'] / ref['backward_halo_bytes']:.3f} "
-                f"| {'-' if worst is None else f'{worst:.3f}'} |"
-            )
     return "\n".join(out)
 
 
@@ -398,81 +367,6 @@ def collect(run_dir: str, name: str, command: str) -> None:
 
 def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.2f}"
-
-
-def _tta_runs(files: list, variant: str):
-    """``(doc, [(exact run, variant run), ...])`` of a tools/tta_sweep.py sweep over files."""
-    pairs, doc = [], None
-    for name in files:
-        doc = _load(name)
-        for seed in doc["seeds"]:
-            pairs.append((doc["runs"][f"exact-seed{seed}"], doc["runs"][f"{variant}-seed{seed}"]))
-    return doc, pairs
-
-
-def _approx_epoch_ratio(exact: dict, rsc: dict) -> float:
-    """Exact's training seconds over RSC's on the epochs of RSC's approximate phase."""
-    ep = {h["epoch"] for h in rsc["history"] if h.get("phase") == "approx"}
-    t_exact = sum(h["epoch_s"] for h in exact["history"] if h["epoch"] in ep)
-    t_rsc = sum(h["epoch_s"] for h in rsc["history"] if h["epoch"] in ep)
-    return t_exact / t_rsc if t_rsc else float("nan")
-
-
-def tta(rows: list) -> str:
-    """tools/tta_sweep.py: one row per (label, files, variant, budget)"""
-    mean = statistics.mean
-    out = ["| graph, model | seeds | budget | exact test | RSC test | reached "
-           "| time to target vs exact | approx. epoch vs exact | visited |",
-           "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    where, files_all = {}, []
-    for label, files, variant, budget in rows:
-        doc, pairs = _tta_runs(files, variant)
-        env = doc["environment"]
-        where[f"{env.get('gpu') or str(env['cpus']) + '-core CPU'}, {doc['date']}"] = None
-        files_all += files
-        speed = [r["tta_speedup"] for _, r in pairs if r.get("tta") is not None]
-        out.append(
-            f"| {label} | {len(pairs)} | {budget} "
-            f"| {_pct(mean(e['best']['test'] for e, _ in pairs))} "
-            f"| {_pct(mean(r['best']['test'] for _, r in pairs))} | {len(speed)}/{len(pairs)} "
-            f"| {f'{mean(speed):.2f}x' if speed else 'not reached'} "
-            f"| {mean(_approx_epoch_ratio(e, r) for e, r in pairs):.2f}x "
-            f"| {mean(r['rsc_stats']['visited_fraction'] for _, r in pairs):.2f} |"
-        )
-    out += ["", f"{'; '.join(where)}. JSON: " + ", ".join(f"`{f}`" for f in files_all) + "."]
-    return "\n".join(out)
-
-
-def tta_plot(rows: list, png: Path) -> None:
-    """Validation against training seconds, seed by seed 0 of each sweep, with exact's target."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, (len(rows) + 1) // 2, figsize=(4 * ((len(rows) + 1) // 2), 6.4))
-    for ax, (label, files, variant, budget) in zip(axes.flat, rows):
-        doc, pairs = _tta_runs(files[:1], variant)
-        exact, rsc = pairs[0]
-        for run, name in ((exact, "exact"), (rsc, f"RSC {budget}")):
-            t, pts = 0.0, []
-            for h in run["history"]:
-                t += h["epoch_s"]
-                if h["val"] is not None:
-                    pts.append((t, h["val"]))
-            ax.plot(*zip(*pts), label=name, linewidth=1)
-        target = exact["best"]["val"] - doc["tolerance"] / 100
-        ax.axhline(target, color="grey", linestyle=":", linewidth=1)
-        ax.set_ylim(target - 0.12, exact["best"]["val"] + 0.02)
-        where = "CPU" if doc["device"] == "cpu" else doc["device"].split()[1]
-        ax.set_title(f"{label}, {where}, seed {doc['seeds'][0]}", fontsize=9)
-        ax.set_xlabel("training seconds", fontsize=8)
-        ax.legend(fontsize=7, loc="lower right")
-    for ax in list(axes.flat)[len(rows) :]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(png, dpi=80, metadata={"Software": None})
-    plt.close(fig)
 
 
 def ceiling(names: list) -> str:
@@ -627,14 +521,6 @@ def _stock_speed(d: dict) -> float:
     return d["summary"]["stock"]["speedup"]
 
 
-def int8_table(names: list) -> str:
-    """tools/experiments/int8_accuracy.py (its own renderer)"""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "experiments"))
-    import int8_accuracy
-
-    return int8_accuracy.render([str(RESULTS / n) for n in names]).rstrip("\n")
-
-
 def int8_epochs(names: list) -> str:
     """tools/experiments/compile_int8_epochs.py: median epochs, interleaved, against fp32"""
     out = ["| config | variant | median epoch | vs fp32 | machine, date |", "|---|---|---|---|---|"]
@@ -648,36 +534,37 @@ def int8_epochs(names: list) -> str:
     return "\n".join(out)
 
 
-#: the tta_sweep rows of the page: (label, files, variant, budget)
-TTA_CPU = [
-    ("quickstart GCN (30k nodes, degree 50)", ["tta_gather_quickstart_vm2.json"], "default", 0.1),
-    ("quickstart SAGE", ["tta_gather_quickstart_sage_vm2.json"], "default", 0.1),
-    ("Cora GCN", ["tta_b02_cora_vm2.json"], "default", 0.3),
-    ("CiteSeer GCN", ["tta_b02_citeseer_vm2.json"], "default", 0.3),
-    ("tolokers ResGCN (ROC-AUC)", ["tta_gather_tolokers_vm2.json"], "default", 0.2),
-    ("sparse-heavy GCN (40k nodes, degree 100)", ["tta_b02_sparse_heavy_vm2_seeds012.json",
-                                    "tta_b02_sparse_heavy_vm2_seeds34.json"], "b02", 0.2),
-    ("200k preset GCN (200k nodes, degree 100)",
-     ["tta_b02_200k_vm2.json", "tta_b02_200k_vm2_seed1.json", "tta_b02_200k_vm2_seed2.json"],
-     "b02", 0.2),
-]  # fmt: skip
-#: launcher reports against stock DGL: (label, file)
-STOCK_DGL = [
-    ("quickstart GCN", "tta_quickstart_vs_stock_interleaved.json"),
-    ("quickstart GCN, 7 h later", "tta_quickstart_vs_stock_interleaved_pm.json"),
-    ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
-    ("tolokers ResGCN (ROC-AUC)", "tta_tolokers_vs_stock_interleaved.json"),
-    ("tolokers, seed 0, 8 h later", "tta_tolokers_vs_stock_interleaved_pm_seed0.json"),
-    ("sparse-heavy GCN (budget 0.2)", "tta_sparse_heavy_vs_stock_interleaved.json"),
-    ("200k preset GCN, seed 0", "tta_200k_stock_vm_seed0_epilogue.json"),
-    ("200k preset GCN, seed 1", "tta_200k_stock_vm_seed1_epilogue.json"),
-]
-TTA_GPU = [("200k preset GCN (200k nodes, degree 100)", ["tta_b02_200k_h100.json"], "b02", 0.2)]
-CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
-            (("quickstart GCN", "quickstart"), ("quickstart SAGE", "quickstart_sage"),
-             ("Cora GCN", "cora"), ("CiteSeer GCN", "citeseer"), ("tolokers ResGCN", "tolokers"),
-             ("sparse-heavy GCN", "sparse_heavy"), ("200k preset GCN", "200k"))]  # fmt: skip
-PLOT = "tta_curves.png"
+def int8_split(name: str) -> str:
+    """tools/profile_run.py with the INT8 categories: each method's profiled epoch (ms)"""
+    d = _load(name)
+    cats = ("sparse_forward", "sparse_backward_exact", "dense", "elementwise", "other",
+            "int8_quantize", "int8_scales", "int8_convert", "int8_products")  # fmt: skip
+    out = ["| config | method | median epoch ms | " + " | ".join(c.replace("_", " ") for c in cats)
+           + " |", "|---|---|---|" + "---|" * len(cats)]  # fmt: skip
+    for method, r in d["methods"].items():
+        split = r["split_ms"]
+        out.append(f"| {_profiled(d)} | {method} | {r['epoch_ms_median']:.0f} | "
+                   + " | ".join(f"{split.get(c, 0):.0f}" for c in cats) + " |")  # fmt: skip
+    m = d["machine"]
+    return "\n".join(out) + f"\n\n{m['cpu']}, torch {m['torch'].split('+')[0]}, {m['date'][:10]}."
+
+
+def int8_memory(name: str) -> str:
+    """tools/experiments/memory_epochs.py: peak resident memory per method and size, one
+    process each, and the largest graph each fits in the machine's memory (linear fit)"""
+    d = _load(name)
+    m, fits = d["machine"], d["fits"]
+    sizes = sorted({r["nodes"] for r in d["rows"]})
+    peak = {(r["method"], r["nodes"]): r["peak_rss_mb"] for r in d["rows"]}
+    out = ["| method | " + " | ".join(f"peak at {n // 1000}k nodes (vs exact)" for n in sizes)
+           + f" | largest graph in {d['memory_gb']:.0f} GB (fit) |",
+           "|---|" + "---|" * (len(sizes) + 1)]  # fmt: skip
+    for method, fit in fits.items():
+        cells = [f"{peak[method, n] / 1e3:.2f} GB ({peak[method, n] / peak['exact', n]:.2f}x)"
+                 for n in sizes]  # fmt: skip
+        out.append(f"| {method} | " + " | ".join(cells) + f" | {fit['limit_nodes'] / 1e6:.2f}M |")
+    return ("\n".join(out) + f"\n\n{m['cpu']} ({m['cpus']} cores), torch "
+            f"{m['torch'].split('+')[0]}, {m['date'][:10]}. Command: {_cmd(d)}.")  # fmt: skip
 
 
 #: the blocks of the page: name -> () -> markdown
@@ -731,11 +618,12 @@ def epoch_levers(names: list) -> str:
     return "\n".join(out)
 
 
-def _experiment(name: str):
-    """A driver of tools/experiments/, for the tables it renders (imported by path)."""
+def _experiment(name: str, sub: str = "experiments"):
+    """A driver of tools/experiments/ (or of tools/ with ``sub=""``), for the tables it renders
+    (imported by path)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(name, TOOLS / "experiments" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, TOOLS / sub / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -775,9 +663,21 @@ def dist_scenarios(names: dict) -> str:
     return "\n".join(out)
 
 
+#: launcher reports against stock DGL: (label, file); 3 seeds or more (single seeds and
+#: unconverged runs: docs/journal/2026-12-07-fixed-length-tta-figures.md)
+STOCK_DGL = [
+    ("quickstart GCN", "tta_quickstart_vs_stock_interleaved.json"),
+    ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
+    ("tolokers ResGCN (ROC-AUC)", "tta_tolokers_vs_stock_interleaved.json"),
+]
+CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
+            (("quickstart GCN", "quickstart"), ("quickstart SAGE", "quickstart_sage"),
+             ("Cora GCN", "cora"), ("CiteSeer GCN", "citeseer"), ("tolokers ResGCN", "tolokers"),
+             ("sparse-heavy GCN", "sparse_heavy"), ("200k preset GCN", "200k"))]  # fmt: skip
+
+
 BLOCKS = {
-    "tta-cpu": lambda: tta(TTA_CPU),
-    "tta-gpu": lambda: tta(TTA_GPU),
+    "validation-family": lambda: family_table("family_defaults.json"),
     "stock-pyg": lambda: launcher_summary(
         [
             "launcher_200k_h100_pyg_seed0.json",
@@ -794,8 +694,6 @@ BLOCKS = {
             "epoch_fused_200k.json",
             "epoch_engine_200k.json",
             "epoch_engine_tolokers.json",
-            "epoch_patch_200k_default.json",
-            "epoch_patch_200k_kept.json",
         ]
     ),
     "stock-dgl": lambda: stock_tta(STOCK_DGL),
@@ -807,6 +705,7 @@ BLOCKS = {
     "distributed-small": lambda: dist(
         "dist_small.json", lambda r: str(r["bits"]) == "32" or r.get("label") == "weight-0.1"
     ),
+    "distributed-budget": lambda: dist_budget("dist_budget_200k.json"),
     "distributed-projection": lambda: dist_projection("comm_projection.json"),
     "distributed-calibration": lambda: dist_calibration(
         "comm_model_fit.json", "comm_bytes_check.json"
@@ -826,12 +725,12 @@ BLOCKS = {
     ),
     "kernels-gpu": lambda: kernels_gpu("bench_kernels_h200.json"),
     "forward-gpu": lambda: forward_gpu("h100_forward_int8.json"),
-    "int8": lambda: int8_table(["int8_accuracy.json", "int8_accuracy_citeseer.json"]),
+    "int8-split": lambda: int8_split("int8_split_quickstart.json"),
+    "int8-memory": lambda: int8_memory("memory_int8_degree50.json"),
     "int8-cpu-epochs": lambda: int8_epochs(
         [
-            "compile_int8cpu_200k.json",
-            "compile_200k_modern_ops.json",
-            "compile_int8cpu_quickstart_modern.json",
+            "int8_epochs_200k_t221.json",
+            "int8_epochs_quickstart_t221.json",
         ]
     ),
     "minibatch": lambda: parity("minibatch_small.json"),
@@ -886,7 +785,6 @@ def main(argv=None):
             sys.stdout.write(f"stale block {name!r}: run {Path(__file__).name} --write {page}\n")
         return 1 if stale else 0
     Path(page).write_text(new)
-    tta_plot(TTA_CPU + TTA_GPU, RESULTS / PLOT)
     return 0
 
 

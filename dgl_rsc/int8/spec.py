@@ -12,12 +12,14 @@ import dataclasses
 
 from ..quant.rounding import stream_seed
 
-__all__ = ["ROUNDINGS", "PRECISIONS", "DENSE", "SPARSE", "Int8Spec", "Int8State"]
+__all__ = ["ROUNDINGS", "PRECISIONS", "DENSE", "SPARSE", "SAVED", "Int8Spec", "Int8State"]
 
 ROUNDINGS = ("nearest", "stochastic")
 PRECISIONS = ("fp32", "int8")
 DENSE = ("auto", "int8", "fp32")
 SPARSE = DENSE
+#: the precisions of the activations a weight gradient keeps (:mod:`dgl_rsc.int8.saved`)
+SAVED = ("int8", "fp32")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +72,7 @@ class Int8Spec:
                     f"{name}={value!r} is not one of {', '.join(DENSE)}; use 'auto' (INT8 "
                     "where it measured faster than fp32), 'int8' or 'fp32'."
                 )
-        if self.saved not in ("int8", "fp32"):
+        if self.saved not in SAVED:
             raise ValueError(f"saved={self.saved!r} is not 'int8' or 'fp32' (the precision of "
                              "the activations kept for the weight gradients).")  # fmt: skip
 

@@ -27,20 +27,20 @@ import dataclasses
 import importlib
 import inspect
 import os
-import sys
 from typing import Any, Optional
 
-from ..base.names import did_you_mean
 from ..core.config import ConfigError, RSCConfig, unknown_key_message
 from ..data.reorder import NODE_ORDERS
 from ..int8.spec import DENSE as INT8_DENSE
 from ..int8.spec import PRECISIONS, ROUNDINGS
+from ..int8.spec import SAVED as INT8_SAVED
 from ..int8.spec import SPARSE as INT8_SPARSE
 from ..models.engines import ENGINES as _ENGINES
 from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
+from .rules import Rule, _fail, _nearest, check_value
 from .train_checks import (
     STOPS,
     check_compile,
@@ -66,20 +66,6 @@ ENGINES = tuple(e.name for e in _ENGINES.values() if e.approximates)
 PATH_KEYS = ("root", "path")
 LOADER_ARGS = ("root", "device", "name", "progress")
 REQUIRED = "<required>"
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """What a value must be: ``kind`` (int, float, bool, str, "seeds" or "device"), an
-    optional range ``[lo, hi]`` (open ends with ``lo_open``/``hi_open``) or ``choices``."""
-
-    kind: Any
-    lo: Optional[float] = None
-    hi: Optional[float] = None
-    lo_open: bool = False
-    hi_open: bool = False
-    choices: Optional[tuple] = None
-    optional: bool = False  # None is allowed too
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +108,7 @@ class TrainConfig:
     int8_rounding: str = "stochastic"
     int8_dense: str = "auto"
     int8_sparse: str = "auto"
+    int8_saved: str = "int8"
     keep_freed_memory: bool = True
     compile: bool = False
     fused_epilogue: bool = True
@@ -152,6 +139,7 @@ TRAIN_RULES = {
     "int8_rounding": Rule(str, choices=ROUNDINGS),
     "int8_dense": Rule(str, choices=INT8_DENSE),
     "int8_sparse": Rule(str, choices=INT8_SPARSE),
+    "int8_saved": Rule(str, choices=INT8_SAVED),
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
     "fused_epilogue": Rule(bool),
@@ -202,67 +190,6 @@ class RunConfig:
         return {"dataset": dict(self.dataset), "model": dict(self.model), "train": train,
                 "rsc": rsc, "compare": self.compare, "distributed": dist,
                 "minibatch": mb, "report": self.report.to_dict()}  # fmt: skip
-
-
-def _fail(msg: str):
-    raise ConfigError(msg)
-
-
-def _nearest(value, choices) -> str:
-    return did_you_mean(value, choices)
-
-
-def check_value(path: str, value, rule: Rule):
-    """``value`` converted and checked against ``rule``, or a ConfigError naming ``path``."""
-    if value is None and rule.optional:
-        return None
-    if rule.choices is not None and value not in rule.choices:
-        opts = ", ".join(map(str, rule.choices))
-        _fail(f"{path}={value!r} is not one of {opts}.{_nearest(value, rule.choices)}")
-    if rule.kind is bool and not isinstance(value, bool):
-        _fail(f"{path} must be true or false, got {value!r}.")
-    if rule.kind is str and not isinstance(value, str):
-        _fail(f"{path} must be a string, got {value!r}.")
-    if rule.kind == "device" and not (
-        value in ("auto", "cpu", "cuda")
-        or (isinstance(value, str) and value.startswith("cuda:") and value[5:].isdigit())
-    ):
-        _fail(f"{path} must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {value!r}.")
-    if rule.kind == "seeds":
-        if not isinstance(value, (list, tuple)) or not value:
-            _fail(f"{path} must be a non-empty list of seeds, got {value!r}.")
-        value = tuple(check_value(f"{path}[{i}]", s, Rule(int, 0)) for i, s in enumerate(value))
-        if len(set(value)) != len(value):
-            _fail(f"{path} holds a seed twice: {list(value)}.")
-    if rule.kind in (int, float):
-        value = _number(path, value, rule)
-    return value
-
-
-def _number(path: str, value, rule: Rule):
-    kind = rule.kind
-    if kind is float and isinstance(value, str):
-        try:
-            value = float(value)  # PyYAML reads 1e-3 as a string
-        except ValueError:
-            pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        _fail(f"{path} must be {'an integer' if kind is int else 'a number'}, got {value!r}.")
-    lo, hi = rule.lo, rule.hi
-    left, right = "(" if rule.lo_open else "[", ")" if rule.hi_open else "]"
-    span = f"{left}{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}{right}"
-    # NaN fails every comparison; an int is exact at any size, but float() of it may overflow
-    too_big = not (kind is int and isinstance(value, int)) and abs(value) > sys.float_info.max
-    if too_big or not -float("inf") < value < float("inf"):
-        _fail(f"{path}={value!r} is not a finite number; give one in {span}.")
-    if kind is int and isinstance(value, float) and not value.is_integer():
-        _fail(f"{path} must be an integer, got {value!r}.")
-    value = kind(value)
-    if (lo is not None and (value <= lo if rule.lo_open else value < lo)) or (
-        hi is not None and (value >= hi if rule.hi_open else value > hi)
-    ):
-        _fail(f"{path}={value!r} is out of range; it must lie in {span}.")
-    return value
 
 
 def _section(raw: dict, name: str, allowed=None, where: str = "") -> dict:

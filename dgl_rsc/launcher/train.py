@@ -140,7 +140,7 @@ def _setup(cfg: RunConfig, prep: Prepared, method: str, seed: int = 0) -> RunSta
             ctl = attach(model, rsc_cfg)
     if t.precision == "int8" and method != "stock":  # the stock baseline stays stock (fp32)
         quantize_model(model, t.int8_rounding, seed=seed, dense=t.int8_dense,
-                       sparse=t.int8_sparse)  # fmt: skip
+                       sparse=t.int8_sparse, saved=t.int8_saved)  # fmt: skip
     amp = t.amp if prep.device.type == "cuda" else "none"
     if t.amp != amp:
         log.warning("train.amp=%s ignored: AMP runs on CUDA only", t.amp)

@@ -53,21 +53,28 @@ def test_schema_precision_rules():
     assert _resolve().train.int8_sparse == "auto"
     with pytest.raises(ConfigError, match=r"train.int8_sparse='csr' is not one of auto, int8"):
         _resolve(int8_sparse="csr")
+    assert _resolve().train.int8_saved == "int8"
+    with pytest.raises(ConfigError, match=r"train.int8_saved='int4' is not one of int8, fp32"):
+        _resolve(int8_saved="int4")
     with pytest.raises(ConfigError, match="train.engine: native"):
         _resolve(engine="patch")
     with pytest.raises(ConfigError, match="train.amp"):
         _resolve(amp="bf16")
 
 
-@pytest.mark.parametrize("dense, sparse", [("auto", "int8"), ("int8", "fp32"), ("fp32", "auto")])
-def test_int8_dense_and_sparse_reach_the_layers(dense, sparse):
+@pytest.mark.parametrize(
+    "dense, sparse, saved",
+    [("auto", "int8", "int8"), ("int8", "fp32", "fp32"), ("fp32", "auto", "int8")],
+)
+def test_int8_dense_sparse_and_saved_reach_the_layers(dense, sparse, saved):
     from dgl_rsc.launcher.train import _setup, prepare
 
-    cfg = _resolve(int8_dense=dense, int8_sparse=sparse)
+    cfg = _resolve(int8_dense=dense, int8_sparse=sparse, int8_saved=saved)
     run = _setup(cfg, prepare(cfg), "rsc")
     specs = {m.rsc_int8().spec for _, m in run.model.named_modules()
              if hasattr(m, "rsc_int8") and m.rsc_int8() is not None}  # fmt: skip
-    assert int8_layers(run.model) and {(s.dense, s.sparse) for s in specs} == {(dense, sparse)}
+    assert int8_layers(run.model)
+    assert {(s.dense, s.sparse, s.saved) for s in specs} == {(dense, sparse, saved)}
 
 
 def test_shipped_int8_config_resolves():

@@ -11,7 +11,8 @@ the frames dynamo compiled.
         --rounds 20 --out docs/results/compile_int8cpu_quickstart.json
 
 Variants (``--only`` picks some): ``fp32``, ``rsc``, ``fp32-compiled``, ``rsc-compiled``,
-``int8``, ``int8-rsc`` (INT8 runs eagerly: ``train.compile`` refuses INT8).
+``int8``, ``int8-rsc`` (INT8 runs eagerly: ``train.compile`` refuses INT8), ``int8-saved-fp32``
+(``train.int8_saved: fp32``), ``int8-fp32-sparse`` (``train.int8_sparse: fp32``).
 """
 
 from __future__ import annotations
@@ -32,14 +33,16 @@ from bench_common import machine, write_json
 from dgl_rsc.launcher.train import _setup, _train_step, prepare
 from dgl_rsc.launcher.yaml_io import load_config
 
-#: name -> (method, compile, precision)
+#: name -> (method, compile, precision, other train settings)
 VARIANTS = {
-    "fp32": ("exact", False, "fp32"),
-    "rsc": ("rsc", False, "fp32"),
-    "fp32-compiled": ("exact", True, "fp32"),
-    "rsc-compiled": ("rsc", True, "fp32"),
-    "int8": ("exact", False, "int8"),
-    "int8-rsc": ("rsc", False, "int8"),
+    "fp32": ("exact", False, "fp32", {}),
+    "rsc": ("rsc", False, "fp32", {}),
+    "fp32-compiled": ("exact", True, "fp32", {}),
+    "rsc-compiled": ("rsc", True, "fp32", {}),
+    "int8": ("exact", False, "int8", {}),
+    "int8-rsc": ("rsc", False, "int8", {}),
+    "int8-saved-fp32": ("exact", False, "int8", {"int8_saved": "fp32"}),
+    "int8-fp32-sparse": ("exact", False, "int8", {"int8_sparse": "fp32"}),
 }
 
 
@@ -68,8 +71,8 @@ def main(argv=None) -> int:
     prep = prepare(cfg)
     runs = {}
     for name in names:
-        method, compiled, precision = VARIANTS[name]
-        train = dataclasses.replace(cfg.train, compile=compiled, precision=precision)
+        method, compiled, precision, other = VARIANTS[name]
+        train = dataclasses.replace(cfg.train, compile=compiled, precision=precision, **other)
         torch.manual_seed(0)
         runs[name] = _setup(dataclasses.replace(cfg, train=train, rsc=rsc_cfg), prep, method)
     times = {n: [] for n in names}
