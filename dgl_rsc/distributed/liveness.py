@@ -79,7 +79,11 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
+        """No beat follows once this returns (the beating thread is joined)."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(1.0, 2 * self.interval))
 
     def _counts(self) -> list:
         return [int(self.store.add(self._key(r), 0)) for r in range(self.world_size)]
