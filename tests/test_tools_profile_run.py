@@ -46,10 +46,11 @@ def test_profile_run_refuses_no_process_or_no_profiled_epoch(tmp_path, opt):
 
 def test_profile_run_books_int8_work_in_its_own_categories(tmp_path):
     # three layers: the middle one's products run in INT8 (the first aggregates its constant
-    # input once, in fp32; the last stays fp32)
+    # input once, in fp32; the last stays fp32); INT8 forced: `auto` measures, and on a graph
+    # this small fp32 may win
     cfg = write_config(
         tmp_path,
-        train={"epochs": 30, "eval_every": 5},
+        train={"epochs": 30, "eval_every": 5, "int8_sparse": "int8"},
         model={"name": "gcn", "hidden": 16, "layers": 3},
     )
     out = tmp_path / "profile.json"
