@@ -7,9 +7,8 @@
         (keeps the environment, summary and table of a launcher run as docs/results/NAME.json)
 
 The page holds each block between ``<!-- render: NAME -->`` and ``<!-- end -->``; ``--write``
-replaces what is between them (and draws ``docs/results/tta_curves.png``), the prose around
-them is the page's own. Each renderer reads one kind of result file (the tool that wrote it is
-named in its docstring).
+replaces what is between them, the prose around them is the page's own. Each renderer reads one
+kind of result file (the tool that wrote it is named in its docstring).
 """
 
 from __future__ import annotations

@@ -283,48 +283,6 @@ def family_line(f: dict) -> str:
     )
 
 
-def _ratio_cell(base: dict, method: dict) -> str:
-    """``base``'s time to target over ``method``'s (summed over the seeds both reached) with
-    its 95% bootstrap interval and the seeds ``method`` reached, from two summaries'
-    ``tta_runs``."""
-    t_base = {r["seed"]: r["time_s"] for r in base["tta_runs"]}
-    pairs = [(t_base[r["seed"]], r["time_s"]) for r in method["tta_runs"]
-             if r["time_s"] is not None and t_base.get(r["seed"]) is not None]  # fmt: skip
-    reached = f"{method['tta_reached']}/{len(method['tta_runs'])}"
-    if not pairs:
-        return f"- ({reached})"
-    ratio, lo, hi = bootstrap_ratio(pairs)
-    return f"{ratio:.2f}x ({lo:.2f}-{hi:.2f}; {reached})"
-
-
-def suite_table(rows: list, load) -> str:
-    """Time to accuracy of converged runs (``tools/experiments/interleaved_tta.py`` with
-    ``train.stop: plateau``, kept by ``render_benchmarks.py collect``): one row per graph and
-    RSC variant; ``rows`` are ``(label, json name)``, ``load(name)`` reads one."""
-    out = ["| graph, model | RSC | seeds (converged) | test: stock / exact / RSC (RSC - exact, 95% "
-           "CI) | time to accuracy vs exact (95% CI; reached) | vs stock: exact, RSC | epoch vs "
-           "exact | date |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for label, name in rows:
-        d = load(name)
-        s, runs = d["summary"], d["runs"]
-        test = {(r["method"], r["seed"]): 100 * r["best"]["test"] for r in runs}
-        for m in [m for m in s if m not in ("stock", "exact")]:
-            seeds = [r["seed"] for r in runs if r["method"] == m]
-            gap, half = t_interval([test[m, x] - test["exact", x] for x in seeds])
-            means = " / ".join(f"{s[k]['test_mean'] * 100:.2f}" if k in s else "-"
-                               for k in ("stock", "exact", m))  # fmt: skip
-            conv = sum(bool((r.get("stop") or {}).get("converged")) for r in runs)
-            stock = "-"
-            if "stock" in s:
-                stock = f"{_ratio_cell(s['stock'], s['exact'])}, {_ratio_cell(s['stock'], s[m])}"
-            out.append(
-                f"| {label} | {m} | {len(seeds)} ({conv}/{len(runs)}) | {means} ({gap:+.2f}"
-                f"{'' if half is None else f' ± {half:.2f}'}) | {_ratio_cell(s['exact'], s[m])} "
-                f"| {stock} | {s[m]['vs_exact']:.2f}x | {d['environment']['date'][:10]} |"
-            )
-    return "\n".join(out)
-
-
 def compare(paths: list) -> str:
     """Several family runs side by side: per graph, each variant's gap, reached, ratio."""
     runs = [json.load(open(p, encoding="utf-8")) for p in paths]
