@@ -47,7 +47,11 @@ class HaloExchange:
             flight when overlapping, before it is sent otherwise), ``forward_wait`` (waiting
             for the halo that is still missing), ``forward_marginal`` (the marginal rows'
             product), ``backward`` (the gradient exchange).
+        budget: the byte budget the exchange keeps to (``None``: everything travels; see
+            :class:`~.budget_exchange.BudgetedExchange`).
     """
+
+    budget = None
 
     def __init__(self, part: LocalPartition, ctx: DistContext, forward_policy=None,
                  backward_policy=None):  # fmt: skip

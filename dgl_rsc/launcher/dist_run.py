@@ -172,7 +172,7 @@ def start_run(prep) -> None:
         ex = prep.graph("native").exchange
         ex.forward_policy.reset()
         ex.backward_policy.reset()
-        if getattr(ex, "budget", None) is not None:
+        if ex.budget is not None:
             ex.budget.reset(prep.dist.bytes.by_peer())
         prep.share.reset()
 
@@ -221,7 +221,7 @@ def dist_summary(prep, history: Optional[list] = None) -> Optional[dict]:
            "forward_bits": ex.forward_policy.report(),
            "backward_bits": ex.backward_policy.report(),
            **prep.share.summary(), "bytes": run_bytes(history)}  # fmt: skip
-    if getattr(ex, "budget", None) is not None:  # every rank's, gathered (all ranks call this)
+    if ex.budget is not None:  # every rank's, gathered (all ranks call this)
         import torch.distributed as dist
 
         from ..distributed.budget_plan import combine_reports
