@@ -28,7 +28,7 @@ def test_the_family_tool_runs_a_member_to_convergence_and_summarizes_it(tmp_path
     member = res["members"]["tiny"]
     rows, s = member["rows"], member["summary"]
     assert [r["seed"] for r in rows] == [0, 1] and res["label"] == "defaults"
-    assert member["config"]["rsc"]["switch_patience"] == 0
+    assert member["config"]["rsc"]["switch_patience"] == 2  # the default: a third of patience 8
     assert other["members"]["tiny"]["config"]["rsc"]["switch_patience"] == 4
     for a, b in zip(rows, other["members"]["tiny"]["rows"]):  # one exact run for both
         assert {k: v for k, v in a.items() if k.startswith("exact_")} == {

@@ -48,6 +48,7 @@ from .train_checks import (
     check_precision,
     check_pyg,
     check_stop,
+    default_switch_patience,
 )
 
 __all__ = [
@@ -264,10 +265,12 @@ def _resolve_train(raw: dict) -> TrainConfig:
     return TrainConfig(**{k: check_value(f"train.{k}", v, TRAIN_RULES[k]) for k, v in sec.items()})
 
 
-def _resolve_rsc(raw: dict, steps_total: int) -> Optional[RSCConfig]:
+def _resolve_rsc(raw: dict, steps_total: int, train: TrainConfig) -> Optional[RSCConfig]:
     if raw.get("rsc") is None:
         return None
     sec = _section(raw, "rsc")
+    if train.stop == "plateau" and "switch_patience" not in sec:
+        sec["switch_patience"] = default_switch_patience(train.patience)
     steps = sec.get("total_steps")
     if steps is not None and steps != steps_total:
         _fail(
@@ -305,7 +308,7 @@ def resolve(raw: Any) -> RunConfig:
         _fail("train.batches_per_epoch does not apply to cluster mode (num_parts / batch_size "
               "batches per epoch); remove it or use train.mode: saint.")  # fmt: skip
     steps = train.epochs * steps_per_epoch(train.mode, mb, train.batches_per_epoch)
-    rsc = _resolve_rsc(raw, steps)
+    rsc = _resolve_rsc(raw, steps, train)
     compare = check_value("compare", raw.get("compare", False), Rule(bool))
     if compare and rsc is None:
         _fail("compare: true needs an rsc section (the RSC side of the comparison).")

@@ -8,6 +8,7 @@ from ..core.config import ConfigError
 
 __all__ = [
     "STOPS", "check_precision", "check_compile", "check_node_order", "check_pyg", "check_stop",
+    "default_switch_patience",
 ]  # fmt: skip
 
 #: ``train.stop``: a fixed number of epochs, or until the validation metric plateaus
@@ -61,6 +62,15 @@ def check_node_order(train, dist) -> None:
         _fail(f"train.node_order={train.node_order!r} renumbers the graph of a single-process "
               "run; a distributed run's partitioner (distributed.method) already groups each "
               "rank's nodes: set train.node_order: none.")  # fmt: skip
+
+
+def default_switch_patience(patience: int) -> int:
+    """RSC's plateau switch under ``train.stop: plateau`` when ``rsc.switch_patience`` is not
+    set: a third of ``train.patience`` (at least 1; 0, off, when the patience is 1). The run's
+    length is unknown in advance, so ``switch_at`` of the cap would come after most runs stop:
+    the switch then fires on the first third of the stop's plateau, and the run trains at least
+    the other two thirds exact before it stops."""
+    return max(1, patience // 3) if patience >= 2 else 0
 
 
 def check_stop(train, rsc) -> None:

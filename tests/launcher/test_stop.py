@@ -34,6 +34,23 @@ def test_stop_keys_are_checked_naming_the_key(tmp_path, sets, fragment):
         load_config(cfg, sets)
 
 
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (["train.stop=plateau", "train.patience=30"], 10),  # a third of the stop's patience
+        (["train.stop=plateau", "train.patience=2"], 1),
+        (["train.stop=plateau", "train.patience=1"], 0),  # no room for a switch before the stop
+        (["train.stop=plateau", "train.patience=30", "rsc.switch_patience=0"], 0),  # the user's
+        (["train.stop=fixed", "train.patience=30"], 0),  # switch_at decides
+    ],
+)  # fmt: skip
+def test_plateau_stopping_switches_rsc_on_a_third_of_its_patience_unless_set(
+    tmp_path, sets, expected
+):
+    cfg = write_config(tmp_path)
+    assert load_config(cfg, sets).rsc.switch_patience == expected
+
+
 def run(tmp_path, capsys, name="out", **sections):
     cfg = write_config(tmp_path, **sections)
     out = tmp_path / name
