@@ -485,31 +485,40 @@ def launcher_summary(names: list) -> str:
     return "\n".join(out)
 
 
+def _ratio_ci(x, ci) -> str:
+    """``1.63x (1.55-1.70)``, the interval where the run recorded one; ``-`` when missing."""
+    if x is None:
+        return "-"
+    return f"{x:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+
+
 def _vs_stock(m: dict) -> str:
     """A method's time to target against stock's (``-`` where it or stock missed the target
-    on a seed), with the seeds that reached it."""
-    x = m["tta_vs_stock"]
-    return f"{'-' if x is None else f'{x:.2f}x'} ({m['tta_reached']}/{m['runs']})"
+    on a seed), its interval over seeds, and the seeds that reached it."""
+    return (
+        f"{_ratio_ci(m['tta_vs_stock'], m.get('tta_vs_stock_ci'))} ({m['tta_reached']}/{m['runs']})"
+    )
 
 
 def stock_tta(rows: list) -> str:
-    """launcher reports (``collect``; ``tools/experiments/interleaved_tta.py``'s marked
-    interleaved) that trained stock, exact and RSC: one row per graph, time to target and
-    epoch against stock"""
-    out = ["| graph, model | seeds | test: stock / exact / RSC | time to target vs stock: exact, "
-           "RSC | epoch vs stock: exact, RSC | RSC vs exact | timed | date |",
-           "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    """launcher reports of ``tools/experiments/interleaved_tta.py`` (stock, exact and RSC side
+    by side, every run to convergence): one row per graph, time to target against stock with
+    its 95% bootstrap interval over seeds, the test gap with its t-interval, epochs"""
+    out = ["| graph, model | seeds | test: stock / exact / RSC | RSC - exact (95% CI) | time to "
+           "target vs stock: exact, RSC | RSC vs exact | epoch vs stock: exact, RSC | converged "
+           "| date |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for label, name in rows:
         d = _load(name)
         s, env = d["summary"], d["environment"]
         test = " / ".join(f"{100 * s[m]['test_mean']:.2f}" for m in ("stock", "exact", "rsc"))
-        vs = s["rsc"]["tta_speedup"]
+        r = s["rsc"]
+        half = r.get("test_delta_ci")
+        gap = f"{100 * r['test_delta']:+.2f}" + ("" if half is None else f" ± {100 * half:.2f}")
+        conv = ", ".join(f"{s[m]['converged']}/{s[m]['runs']}" for m in ("stock", "exact", "rsc"))
         out.append(
-            f"| {label} | {s['rsc']['runs']} | {test} | {_vs_stock(s['exact'])}, "
-            f"{_vs_stock(s['rsc'])} "
-            f"| {s['exact']['vs_stock']:.2f}x, {s['rsc']['vs_stock']:.2f}x "
-            f"| {'-' if vs is None else f'{vs:.2f}x'} "
-            f"| {'interleaved' if env.get('interleaved') else 'one after another'} "
+            f"| {label} | {r['runs']} | {test} | {gap} | {_vs_stock(s['exact'])}, "
+            f"{_vs_stock(r)} | {_ratio_ci(r['tta_speedup'], r.get('tta_speedup_ci'))} "
+            f"| {s['exact']['vs_stock']:.2f}x, {r['vs_stock']:.2f}x | {conv} "
             f"| {env['date'][:10]} |"
         )
     out.append("\nJSON: " + ", ".join(f"`{n}`" for _, n in rows) + ".")

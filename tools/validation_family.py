@@ -32,7 +32,6 @@ import gc
 import json
 import math
 import os
-import random
 import sys
 import time
 
@@ -42,6 +41,7 @@ from bench_common import parse_variant
 from interleaved_tta import interleave
 
 from dgl_rsc.base.atomic import atomic_write_text
+from dgl_rsc.launcher.intervals import bootstrap_ratio, t_interval
 from dgl_rsc.launcher.report import cpu_name
 from dgl_rsc.launcher.schema import resolve
 from dgl_rsc.launcher.train import methods, prepare, warm_up
@@ -121,31 +121,6 @@ def member_config(name: str, args) -> dict:
                         warmup_epochs=args.warmup_epochs)  # fmt: skip
     raw["rsc"], raw["compare"] = {}, True
     return apply_overrides(raw, args.sets)
-
-
-def t_interval(values: list) -> tuple:
-    """``(mean, half-width)`` of a 95% t-interval (half-width ``None`` for one value)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306}
-    return mean, t.get(n, 2.262 if n <= 10 else 1.96) * sd / math.sqrt(n)
-
-
-def bootstrap_ratio(pairs: list, draws: int = 4000, seed: int = 0) -> tuple:
-    """``(ratio, low, high)``: sum of exact's times over sum of RSC's over ``pairs`` (one
-    ``(exact_s, rsc_s)`` per seed), with the 2.5/97.5 percentiles of the ratio over seeds
-    resampled with replacement."""
-    ratio = sum(e for e, _ in pairs) / sum(r for _, r in pairs)
-    rng = random.Random(seed)
-    boot = []
-    for _ in range(draws):
-        pick = [rng.choice(pairs) for _ in pairs]
-        boot.append(sum(e for e, _ in pick) / sum(r for _, r in pick))
-    boot.sort()
-    return ratio, boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
 
 
 def _epoch_s(rec: dict) -> float:

@@ -181,13 +181,15 @@ class RSCController:
     def observe_validation(self, value: float) -> bool:
         """Report one evaluation's validation metric (higher is better, e.g. accuracy);
         with ``switch_patience`` set, ``switch_patience`` evaluations in a row without a
-        new best switch the backward to exact for the rest of the run. Call it after the
-        step of the epoch evaluated. Returns ``True`` when this call switched."""
+        new best switch the backward to exact, until a new best says training still
+        improves (:mod:`dgl_rsc.core.schedule`). Call it after the step of the epoch
+        evaluated. Returns ``True`` when this call switched to exact."""
         phase = self.phase()
-        if not self.schedule.observe(self.step_count, value, phase):
+        if not self.schedule.observe(self.step_count, value, phase, self.guard):
             return False
-        log.info("step %d: validation plateau, switched to the exact backward (%s)",
-                 self.step_count, self.schedule.switched["detail"])  # fmt: skip
+        log.info("step %d: validation plateau, switched to the exact backward (no better "
+                 "validation for %d evaluations)", self.step_count,
+                 self.config.switch_patience)  # fmt: skip
         self.clear_cache(structures=False)  # no backward reads the samples again
         return True
 

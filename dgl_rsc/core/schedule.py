@@ -9,7 +9,11 @@ switch to exact comes at the first of:
 - **plateau**: ``switch_patience`` evaluations in a row without a new best validation metric
   (:class:`~dgl_rsc.core.plateau.Plateau`, fed by :meth:`Schedule.observe`, i.e.
   ``RSCController.observe_validation``): the approximate phase has stopped making progress,
-  and the exact phase recovers what sampling costs, however long the run turns out to be;
+  and the exact phase recovers what sampling costs, however long the run turns out to be.
+  A plateau switch is provisional: a new best validation metric in the exact phase it
+  started says training still improves, and the backward is approximated again until the
+  next plateau (a noisy but rising curve stalls early in a run; without the return the
+  rest of the run would be exact). The steps and the guard switch for good;
 - **guard**: the guard's decision (:mod:`dgl_rsc.core.guard`).
 
 :attr:`Schedule.switched` records the first of them that fired.
@@ -34,6 +38,7 @@ class Schedule:
         self.plateau: Optional[Plateau] = Plateau(patience) if patience else None
         self.exact_from: Optional[int] = None  # the step the plateau switched at
         self.switched: Optional[dict] = None  # {"step", "signal", "detail"} of the switch
+        self.returns: list = []  # steps at which a new best ended a plateau's exact phase
 
     def phase(self, step: int, guard=None) -> str:
         """``"warmup"``, ``"approx"`` or ``"exact"`` at optimizer step ``step`` (0-based),
@@ -49,12 +54,22 @@ class Schedule:
             return "exact"
         return "warmup" if step < self.config.warmup_steps else "approx"
 
-    def observe(self, step: int, value, phase: str) -> bool:
+    def observe(self, step: int, value, phase: str, guard=None) -> bool:
         """One evaluation's validation metric (higher is better) after ``step`` steps, in
-        ``phase``; ``True`` when it switches the backward to exact now."""
-        if self.plateau is None or phase == "exact":
+        ``phase``; ``True`` when it switches the backward to exact now. A new best in the
+        exact phase of a plateau switch (and of nothing else) approximates again."""
+        if self.plateau is None:
             return False
-        if self.plateau.update(value) and phase == "approx":
+        plateaued = self.plateau.update(value)
+        if phase == "exact":
+            if self.exact_from is not None and self.plateau.wait == 0:
+                self.exact_from = None
+                if self.phase(step, guard) == "exact":  # the steps or the guard: for good
+                    self.exact_from = step
+                else:
+                    self.returns.append(int(step))
+            return False
+        if plateaued and phase == "approx":
             self.exact_from = step
             best = self.plateau.best
             self._note(step, "plateau", f"no better validation than {best} for "
@@ -68,7 +83,8 @@ class Schedule:
 
     def state_dict(self) -> dict:
         return {"plateau": None if self.plateau is None else self.plateau.state_dict(),
-                "exact_from": self.exact_from, "switched": self.switched}  # fmt: skip
+                "exact_from": self.exact_from, "switched": self.switched,
+                "returns": list(self.returns)}  # fmt: skip
 
     def load_state_dict(self, state: Optional[dict]) -> None:
         """Continue from :meth:`state_dict` (``None``: a checkpoint from before the
@@ -79,3 +95,4 @@ class Schedule:
             self.plateau.load_state_dict(state["plateau"])
         self.exact_from = state.get("exact_from")
         self.switched = state.get("switched")
+        self.returns = list(state.get("returns", []))

@@ -161,6 +161,7 @@ def run_stats(ctl) -> dict:
         "budgets": list(ctl.budget_log),
         "guard": [] if ctl.guard is None else list(ctl.guard.actions),
         "switch": None if phase != "exact" else ctl.schedule.switched,
+        "switch_returns": list(ctl.schedule.returns),
         "not_approximated": skipped,
         "not_approximated_reasons": dict(ctl.not_approximated),
         "implicit_steps": ctl.implicit_steps,

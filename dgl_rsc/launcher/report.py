@@ -14,10 +14,13 @@ Time to accuracy (:mod:`.tta`, the ``report`` config section) comes first: ``tim
 is the training time (evaluation excluded) until validation first reaches the target (by
 default exact's best validation of the same seed minus ``report.tta_tolerance``), with
 ``time_to_target_epoch`` that epoch; ``tta_speedup`` is exact's time over the method's and
-``tta_vs_stock`` stock's over the method's. ``tta_status`` is ``"reached"``, ``"not reached"``
-(some seed never got there: times and speedups are ``null``) or ``"unavailable"`` (no exact run
-and no absolute target; ``tta_reason`` says why). metrics.csv has ``train_time_s``, the
-training seconds after each epoch (``wall_s`` is the older name of the same column).
+``tta_vs_stock`` stock's over the method's, ``tta_speedup_ci`` and ``tta_vs_stock_ci`` their
+95% bootstrap intervals over the seeds (``[low, high]``), ``test_delta_ci`` the half-width of
+the 95% t-interval of the test gap to exact, paired by seed. ``tta_status`` is ``"reached"``,
+``"not reached"`` (some seed never got there: times and speedups are ``null``) or
+``"unavailable"`` (no exact run and no absolute target; ``tta_reason`` says why).
+metrics.csv has ``train_time_s``, the training seconds after each epoch (``wall_s`` is the
+older name of the same column).
 
 JSON files are strict JSON (:func:`strict_json`): a NaN or infinite number, which would
 otherwise be written as a bare ``NaN`` token that JSON parsers reject, becomes ``null``.
@@ -37,6 +40,7 @@ import numpy as np
 from ..base import _deps
 from .checkpoint import atomic_write_text, claim
 from .environment import cpu_caches, cpu_name, environment
+from .intervals import t_interval
 from .tta import DEFAULT_TOLERANCE, cumulative_times, time_to_accuracy
 
 __all__ = [
@@ -147,8 +151,21 @@ def summarize(records: list, tolerance: float = DEFAULT_TOLERANCE, target=None) 
             ref = exact or base
             known = s["test_mean"] is not None and ref["test_mean"] is not None
             s["test_delta"] = s["test_mean"] - ref["test_mean"] if known else None
+    for method, s in summary.items():
+        ref = "exact" if "exact" in summary else None
+        s["test_delta_ci"] = _gap_half_width(records, method, ref) if ref else None
     _add_tta(summary, time_to_accuracy(records, tolerance, target))
     return summary
+
+
+def _gap_half_width(records: list, method: str, ref: str):
+    """Half-width of the 95% t-interval of ``method``'s test metric minus ``ref``'s, paired
+    by seed (``None`` under two common seeds or without test metrics)."""
+    best = {(r["method"], r["seed"]): r["best"]["test"] for r in records}
+    gaps = [best[(method, seed)] - best[(ref, seed)] for m, seed in best
+            if m == method and (ref, seed) in best and best[(method, seed)] is not None
+            and best[(ref, seed)] is not None]  # fmt: skip
+    return t_interval(gaps)[1] if len(gaps) >= 2 else None
 
 
 def _add_tta(summary: dict, tta: dict) -> None:
@@ -158,11 +175,13 @@ def _add_tta(summary: dict, tta: dict) -> None:
         if t is None:
             s.update(tta_status="unavailable", tta_reason=tta["reason"], tta_target=None,
                      time_to_target_s=None, time_to_target_epoch=None, tta_speedup=None,
-                     tta_vs_stock=None, tta_reached=0, tta_runs=[])  # fmt: skip
+                     tta_vs_stock=None, tta_speedup_ci=None, tta_vs_stock_ci=None,
+                     tta_reached=0, tta_runs=[])  # fmt: skip
             continue
         s.update(tta_status=t["status"], tta_target=tta["target"], time_to_target_s=t["time_s"],
                  time_to_target_epoch=t["epoch"], tta_speedup=t.get("vs_exact"),
-                 tta_vs_stock=t.get("vs_stock"), tta_reached=t["reached"],
+                 tta_vs_stock=t.get("vs_stock"), tta_speedup_ci=t.get("vs_exact_ci"),
+                 tta_vs_stock_ci=t.get("vs_stock_ci"), tta_reached=t["reached"],
                  tta_runs=t["runs"])  # fmt: skip
 
 
@@ -174,8 +193,15 @@ def _tta_cells(s: dict) -> tuple:
         return (f"not reached {s['tta_reached']}/{len(s['tta_runs'])}", "-", "-")
     epoch = s["time_to_target_epoch"]
     when = f"{s['time_to_target_s']:.2f}s @{epoch:.0f}"
-    return tuple([when] + [f"{v:.2f}x" if v is not None else "-"
-                           for v in (s["tta_speedup"], s["tta_vs_stock"])])  # fmt: skip
+    return tuple([when] + [_ratio_cell(s[k], s.get(f"{k}_ci"))
+                           for k in ("tta_speedup", "tta_vs_stock")])  # fmt: skip
+
+
+def _ratio_cell(value, ci) -> str:
+    """``1.12x`` or, with its interval, ``1.12x (1.04-1.18)``; ``-`` when missing."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
 
 
 def _tta_note(summary: dict) -> str:
@@ -252,8 +278,8 @@ def format_table(summary: dict, metric: str) -> str:
     scale = 100.0 if metric in ("accuracy", "rocauc", "f1_micro") else 1.0
     stock = "stock" in summary
     head = (f"{'method':<7}{'runs':>5}{'conv':>6}  {'test ' + metric:>20}{'to target':>18}"
-            f"{'tta exact':>10}"
-            + (f"{'tta stock':>10}" if stock else "")
+            f"{'tta exact':>19}"
+            + (f"{'tta stock':>19}" if stock else "")
             + f"  {'epoch ms':>9}{'fwd':>8}{'bwd':>8}{'select':>8}{'speedup':>9}{'approx':>8}"
             f"{'bwd nnz':>9}")  # fmt: skip
     lines = [head, "-" * len(head)]
@@ -266,8 +292,8 @@ def format_table(summary: dict, metric: str) -> str:
         when, tta, vs_stock = _tta_cells(s)
         conv = f"{s['converged']}/{s['runs']}"
         lines.append(
-            f"{method:<7}{s['runs']:>5}{conv:>6}  {test:>20}{when:>18}{tta:>10}"
-            + (f"{vs_stock:>10}" if stock else "")
+            f"{method:<7}{s['runs']:>5}{conv:>6}  {test:>20}{when:>18}{tta:>19}"
+            + (f"{vs_stock:>19}" if stock else "")
             + f"  {s['epoch_s_mean'] * 1e3:>9.1f}"
             f"{s['forward_s_mean'] * 1e3:>8.1f}{s['backward_s_mean'] * 1e3:>8.1f}"
             f"{s['select_s_mean'] * 1e3:>8.1f}{speed:>9}{approx:>8}{s['nnz_fraction'] * 100:>8.1f}%"

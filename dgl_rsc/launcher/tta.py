@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+from .intervals import ratio_interval
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "cumulative_times",
@@ -93,6 +95,16 @@ def _targets(records, tolerance, target, reference) -> tuple:
                        else None)  # fmt: skip
 
 
+def _paired_interval(base: dict, method: dict) -> Optional[list]:
+    """95% bootstrap interval (seeds resampled) of ``base``'s time to target over
+    ``method``'s, paired by seed (:func:`~.intervals.ratio_interval`)."""
+    times = {x["seed"]: x["time_s"] for x in base["runs"]}
+    pairs = [(times[x["seed"]], x["time_s"]) for x in method["runs"] if x["seed"] in times]
+    if any(b is None or m is None or b <= 0 or m <= 0 for b, m in pairs):
+        return None
+    return ratio_interval(pairs)
+
+
 def time_to_accuracy(
     records: Sequence[dict],
     tolerance: float = DEFAULT_TOLERANCE,
@@ -118,7 +130,8 @@ def time_to_accuracy(
         ``reached`` (runs that got there), ``status`` (``"reached"`` when every run did, else
         ``"not reached"``), ``time_s`` and ``epoch`` (means over seeds, ``None`` unless every
         run reached the target) and ``vs_<baseline>`` (the baseline's mean time over the
-        method's, ``None`` unless both reached it on every seed).
+        method's, ``None`` unless both reached it on every seed) with ``vs_<baseline>_ci``,
+        its 95% bootstrap interval over the seeds (``[low, high]``; ``None`` for one seed).
     """
     targets, what, why = _targets(records, tolerance, target, reference)
     if not targets:
@@ -145,6 +158,7 @@ def time_to_accuracy(
                 base = methods[b]["time_s"]
                 ok = base is not None and s["time_s"] is not None and s["time_s"] > 0
                 s[f"vs_{b}"] = base / s["time_s"] if ok else None
+                s[f"vs_{b}_ci"] = _paired_interval(methods[b], s) if ok else None
     desc = {"rule": what, "tolerance": None if target is not None else tolerance,
             "absolute": target, "per_seed": {str(k): v for k, v in targets.items()}}  # fmt: skip
     return {"status": "ok", "target": desc, "reason": why, "methods": methods}

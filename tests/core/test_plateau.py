@@ -118,3 +118,35 @@ def test_the_switch_state_resumes_with_the_controller(tmp_path):
     whole = make()
     assert train(whole, A, 8, vals)[4:] == train(resumed, A, 4, vals[4:])
     assert resumed.stats()["switch"] == whole.stats()["switch"]
+
+
+def test_a_new_best_in_the_plateaus_exact_phase_approximates_again_and_is_resumed(tmp_path):
+    A = power_law_csr(400, 8.0, seed=6)
+
+    def make():
+        return RSCController(budget=0.2, switch_patience=3, warmup_steps=1, total_steps=1000)
+
+    # phases[i]: after step i + 1. A rising curve that stalls: best 0.6 after step 2, three
+    # evaluations without a better one: exact after step 5; a new best (0.65) after step 7
+    # approximates again; a second stall of three: exact after step 10, to the end
+    vals = [0.5, 0.6, 0.55, 0.58, 0.59, 0.6, 0.65, 0.64, 0.63, 0.6, 0.62, 0.6, 0.6]
+    rsc = make()
+    phases = train(rsc, A, 13, vals)
+    assert phases == ["approx"] * 4 + ["exact"] * 2 + ["approx"] * 3 + ["exact"] * 4
+    stats = rsc.stats()
+    assert stats["switch"]["signal"] == "plateau" and stats["switch_returns"] == [7]
+    first = make()
+    train(first, A, 8, vals)
+    torch.save(first.state_dict(), tmp_path / "rsc.pt")
+    resumed = make()
+    resumed.load_state_dict(torch.load(tmp_path / "rsc.pt", weights_only=True))
+    assert train(resumed, A, 5, vals[8:]) == phases[8:]
+    assert resumed.stats()["switch_returns"] == [7]
+
+
+def test_the_step_switch_is_for_good_whatever_the_validation_does():
+    A = power_law_csr(300, 6.0, seed=7)
+    rsc = RSCController(budget=0.2, switch_patience=2, switch_at=0.5, total_steps=12)
+    vals = [0.5, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
+    phases = train(rsc, A, 12, vals)
+    assert phases[5:] == ["exact"] * 7 and rsc.stats()["switch_returns"] == []
