@@ -512,9 +512,11 @@ def stock_tta(rows: list) -> str:
         s, env = d["summary"], d["environment"]
         test = " / ".join(f"{100 * s[m]['test_mean']:.2f}" for m in ("stock", "exact", "rsc"))
         r = s["rsc"]
-        half = r.get("test_delta_ci")
-        gap = f"{100 * r['test_delta']:+.2f}" + ("" if half is None else f" ± {100 * half:.2f}")
-        conv = ", ".join(f"{s[m]['converged']}/{s[m]['runs']}" for m in ("stock", "exact", "rsc"))
+        half, delta = r.get("test_delta_ci"), r.get("test_delta")
+        gap = "-" if delta is None else f"{100 * delta:+.2f}"
+        gap += "" if half is None else f" ± {100 * half:.2f}"
+        conv = ", ".join(f"{s[m].get('converged', '-')}/{s[m]['runs']}"
+                         for m in ("stock", "exact", "rsc"))  # fmt: skip
         out.append(
             f"| {label} | {r['runs']} | {test} | {gap} | {_vs_stock(s['exact'])}, "
             f"{_vs_stock(r)} | {_ratio_ci(r['tta_speedup'], r.get('tta_speedup_ci'))} "

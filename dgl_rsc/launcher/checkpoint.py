@@ -48,7 +48,7 @@ MANIFEST = ".dgl-rsc-manifest.json"
 LOCK = ".dgl-rsc-lock"  # the output directory's lock (dgl_rsc.launcher.lock)
 #: the relative paths a manifest may list: the launcher's own outputs, nothing else
 OUTPUTS = re.compile(
-    r"(config\.yaml|run\.json|results\.json|metrics\.csv|summary\.png|table\.txt"
+    r"(config\.yaml|run\.json|int8_pick\.json|results\.json|metrics\.csv|summary\.png|table\.txt"
     r"|runs/[\w.-]+\.json|checkpoints/[\w.-]+\.pt)"
 )
 _TEMP = re.compile(re.escape(TMP_PREFIX) + r"[0-9a-f]{16}-[\w.-]+")

@@ -252,6 +252,8 @@ def _write_run(args, cfg, prog, on_epoch_end, prep, out, text, start) -> int:
         return 0
     env = environment(prep.device)
     env["setup_s"] = dict(prep.setup_s)  # seconds of each setup phase, shared by the runs
+    if prep.int8_pick is not None:  # train.int8_pick: the precision the runs trained in
+        env["int8_pick"] = prep.int8_pick
     summary = write_report(out, cfg.to_dict(), records, env, prep.data.metric)
     print()
     print(format_table(summary, prep.data.metric))

@@ -76,6 +76,7 @@ class Prepared:
     node_perm: Optional[torch.Tensor] = None
     progress: bool = False  # show the setup phases that run past a few seconds (stderr)
     setup_s: dict = dataclasses.field(default_factory=dict)  # seconds of each setup phase
+    int8_pick: Optional[dict] = None  # train.int8_pick's measurement (launcher.int8_pick)
 
     def in_original_order(self, x: torch.Tensor) -> torch.Tensor:
         """Per-node rows ``x (N, ...)`` of these data, in the dataset's node order."""

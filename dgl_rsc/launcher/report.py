@@ -222,6 +222,7 @@ def _tta_note(summary: dict) -> str:
 
 #: how the report names a setup phase (a key of ``environment.setup_s``; ``_seedN`` apart)
 SETUP_NAMES = {"saint_presample": "GraphSAINT weights", "cluster_partition": "METIS clusters",
+               "int8_pick": "INT8 against fp32",
                "warm_up": "warm-up", "kernel_compile": "kernel compiles"}  # fmt: skip
 
 

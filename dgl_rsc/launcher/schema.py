@@ -38,6 +38,7 @@ from ..int8.spec import SPARSE as INT8_SPARSE
 from ..models.engines import ENGINES as _ENGINES
 from ..models.paper import model_params
 from .dist_schema import DistConfig, resolve_distributed
+from .int8_pick import PICKS as INT8_PICKS
 from .mb_schema import MODES, MiniBatchConfig, resolve_minibatch, steps_per_epoch
 from .report_schema import ReportConfig, resolve_report
 from .rules import Rule, _fail, _nearest, check_value
@@ -87,6 +88,8 @@ class TrainConfig:
     ``node_order``: the node order the data are renumbered in once, at load
     (:data:`dgl_rsc.data.reorder.NODE_ORDERS`); outputs stay in the dataset's order.
     ``stop``, ``patience``, ``min_delta``: :func:`~.train_checks.check_stop` (early stopping).
+    ``int8_pick``: with ``precision: int8``, ``speed`` trains INT8 only where its epoch
+    measured faster than fp32's, ``always`` trains INT8 (:mod:`~.int8_pick`).
     """
 
     epochs: int = 200
@@ -110,6 +113,7 @@ class TrainConfig:
     int8_dense: str = "auto"
     int8_sparse: str = "auto"
     int8_saved: str = "int8"
+    int8_pick: str = "speed"
     keep_freed_memory: bool = True
     compile: bool = False
     fused_epilogue: bool = True
@@ -141,6 +145,7 @@ TRAIN_RULES = {
     "int8_dense": Rule(str, choices=INT8_DENSE),
     "int8_sparse": Rule(str, choices=INT8_SPARSE),
     "int8_saved": Rule(str, choices=INT8_SAVED),
+    "int8_pick": Rule(str, choices=INT8_PICKS),
     "keep_freed_memory": Rule(bool),
     "compile": Rule(bool),
     "fused_epilogue": Rule(bool),

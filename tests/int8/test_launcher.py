@@ -25,7 +25,7 @@ TINY = {
                 "feat_dim": 8, "seed": 1},
     "model": {"name": "gcn", "hidden": 16, "layers": 2},
     "train": {"epochs": 4, "lr": 0.02, "seeds": [0], "eval_every": 2, "stock_baseline": False,
-              "precision": "int8", "int8_rounding": "nearest"},
+              "precision": "int8", "int8_rounding": "nearest", "int8_pick": "always"},
     "rsc": {"budget": 0.3, "cache_interval": 2, "tune_interval": 2, "warmup_steps": 1},
     "compare": True,
 }  # fmt: skip

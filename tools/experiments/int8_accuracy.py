@@ -28,11 +28,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_common import machine, write_json
 
-#: name -> launcher settings
+#: name -> launcher settings (INT8 whatever it measured: this tool measures its accuracy)
 VARIANTS = {
     "fp32": ["train.precision=fp32"],
-    "int8-nearest": ["train.precision=int8", "train.int8_rounding=nearest"],
-    "int8-stochastic": ["train.precision=int8", "train.int8_rounding=stochastic"],
+    "int8-nearest": [
+        "train.precision=int8",
+        "train.int8_rounding=nearest",
+        "train.int8_pick=always",
+    ],
+    "int8-stochastic": [
+        "train.precision=int8",
+        "train.int8_rounding=stochastic",
+        "train.int8_pick=always",
+    ],
 }
 
 
