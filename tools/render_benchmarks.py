@@ -254,6 +254,18 @@ def family_table(name: str) -> str:
             f"{_experiment('validation_family', '').table(d)}")  # fmt: skip
 
 
+def family_variants(names: list) -> str:
+    """tools/validation_family.py --compare: per graph, each variant's test gap, seeds that
+    reached exact's target and time to accuracy against exact"""
+    paths = [str(RESULTS / n) for n in names]
+    return (
+        _experiment("validation_family", "").compare(paths)
+        + "\n\nJSON: "
+        + ", ".join(f"`{n}`" for n in names)
+        + "."
+    )
+
+
 def dist_budget(name: str) -> str:
     """tools/experiments/budget_bytes.py: launcher runs under ``distributed.comm_budget``
     against an exact fp32 1D run of the same partition"""
@@ -675,6 +687,8 @@ def dist_scenarios(names: dict) -> str:
 
 #: launcher reports against stock DGL: (label, file); 3 seeds or more (single seeds and
 #: unconverged runs: docs/journal/2026-12-07-fixed-length-tta-figures.md)
+#: the validation family under each default tried (the package's first)
+FAMILY_VARIANTS = ["family_defaults.json", "family_switch_for_good.json", "family_no_switch.json"]
 STOCK_DGL = [
     ("quickstart GCN", "tta_quickstart_vs_stock_interleaved.json"),
     ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
@@ -688,6 +702,7 @@ CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
 
 BLOCKS = {
     "validation-family": lambda: family_table("family_defaults.json"),
+    "validation-family-variants": lambda: family_variants(FAMILY_VARIANTS),
     "stock-pyg": lambda: launcher_summary(
         [
             "launcher_200k_h100_pyg_seed0.json",

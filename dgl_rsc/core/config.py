@@ -79,6 +79,9 @@ class RSCConfig:
             ``RSCController.observe_validation(value)`` (the launcher calls it at each
             evaluation); without it only ``switch_at`` switches. Whichever comes first
             switches (:mod:`dgl_rsc.core.schedule`).
+        switch_returns: a new best validation metric in the exact phase of a plateau switch
+            approximates again, until the next plateau (default ``False``: the plateau
+            switch is for good).
         total_steps: the number of optimizer steps of the run; ``None`` disables switching.
         warmup_steps: exact steps at the start that only record scores (>= 0).
         min_k: the fewest rows any layer keeps (>= 0; a sample keeps at least one row with a
@@ -149,6 +152,7 @@ class RSCConfig:
     tune_interval: int = 20
     switch_at: float = 0.8
     switch_patience: int = 0
+    switch_returns: bool = False
     total_steps: Optional[int] = None
     warmup_steps: int = 2
     min_k: int = 10
@@ -194,7 +198,7 @@ class RSCConfig:
                 "exactly, or diagonal='sample' to keep the groups."
             )
         _check_number(self, "subgraph_cache", int, lo=0)
-        for key in ("check_finite", "guard"):
+        for key in ("check_finite", "guard", "switch_returns"):
             if not isinstance(getattr(self, key), bool):
                 raise ConfigError(
                     f"RSCConfig.{key} must be true or false, got {getattr(self, key)!r}."

@@ -10,10 +10,10 @@ switch to exact comes at the first of:
   (:class:`~dgl_rsc.core.plateau.Plateau`, fed by :meth:`Schedule.observe`, i.e.
   ``RSCController.observe_validation``): the approximate phase has stopped making progress,
   and the exact phase recovers what sampling costs, however long the run turns out to be.
-  A plateau switch is provisional: a new best validation metric in the exact phase it
-  started says training still improves, and the backward is approximated again until the
-  next plateau (a noisy but rising curve stalls early in a run; without the return the
-  rest of the run would be exact). The steps and the guard switch for good;
+  With ``switch_returns`` a plateau switch is provisional: a new best validation metric in
+  the exact phase it started approximates again until the next plateau (off by default: on
+  the validation family it lost accuracy on 4 of 15 graphs that the switch for good kept,
+  ``docs/benchmarks.md``). The steps and the guard switch for good;
 - **guard**: the guard's decision (:mod:`dgl_rsc.core.guard`).
 
 :attr:`Schedule.switched` records the first of them that fired.
@@ -57,12 +57,17 @@ class Schedule:
     def observe(self, step: int, value, phase: str, guard=None) -> bool:
         """One evaluation's validation metric (higher is better) after ``step`` steps, in
         ``phase``; ``True`` when it switches the backward to exact now. A new best in the
-        exact phase of a plateau switch (and of nothing else) approximates again."""
+        exact phase of a plateau switch (and of nothing else) approximates again under
+        ``switch_returns``."""
         if self.plateau is None:
             return False
         plateaued = self.plateau.update(value)
         if phase == "exact":
-            if self.exact_from is not None and self.plateau.wait == 0:
+            if (
+                self.config.switch_returns
+                and self.exact_from is not None
+                and (self.plateau.wait == 0)
+            ):
                 self.exact_from = None
                 if self.phase(step, guard) == "exact":  # the steps or the guard: for good
                     self.exact_from = step

@@ -123,8 +123,9 @@ def test_the_switch_state_resumes_with_the_controller(tmp_path):
 def test_a_new_best_in_the_plateaus_exact_phase_approximates_again_and_is_resumed(tmp_path):
     A = power_law_csr(400, 8.0, seed=6)
 
-    def make():
-        return RSCController(budget=0.2, switch_patience=3, warmup_steps=1, total_steps=1000)
+    def make(returns=True):
+        return RSCController(budget=0.2, switch_patience=3, warmup_steps=1, total_steps=1000,
+                             switch_returns=returns)  # fmt: skip
 
     # phases[i]: after step i + 1. A rising curve that stalls: best 0.6 after step 2, three
     # evaluations without a better one: exact after step 5; a new best (0.65) after step 7
@@ -142,6 +143,9 @@ def test_a_new_best_in_the_plateaus_exact_phase_approximates_again_and_is_resume
     resumed.load_state_dict(torch.load(tmp_path / "rsc.pt", weights_only=True))
     assert train(resumed, A, 5, vals[8:]) == phases[8:]
     assert resumed.stats()["switch_returns"] == [7]
+    for_good = make(returns=False)  # the default: the first plateau switches for good
+    assert train(for_good, A, 13, vals) == ["approx"] * 4 + ["exact"] * 9
+    assert for_good.stats()["switch_returns"] == []
 
 
 def test_the_step_switch_is_for_good_whatever_the_validation_does():
