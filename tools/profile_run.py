@@ -72,6 +72,7 @@ RANGES = {
     "RSCSpMMBackward": "sparse_backward_exact", "GSpMMBackward": "sparse_backward_exact",
     "rsc::controller_step": "rsc_own",
     "_BiasActDropout": "elementwise", "_BiasActDropoutBackward": "elementwise",
+    "_BiasReluDropoutBits": "elementwise", "_BiasReluDropoutBitsBackward": "elementwise",
 }  # fmt: skip
 SELECTION = {"aten::sort", "aten::cumsum", "aten::nonzero", "aten::linalg_vector_norm",
              "aten::topk", "aten::argsort", "aten::searchsorted", "aten::bincount"}  # fmt: skip

@@ -477,26 +477,6 @@ def forward_gpu(name: str) -> str:
     return "\n".join(out)
 
 
-def launcher_summary(names: list) -> str:
-    """launcher runs kept by ``collect``: time to target and epoch against the stock library"""
-    out = ["| run | method | test | time to target | vs stock | epoch vs stock | date |",
-           "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name in names:
-        d = _load(name)
-        for meth, v in d["summary"].items():
-            if not isinstance(v, dict) or "test_mean" not in v:
-                continue
-            t, vs = v.get("time_to_target_s"), v.get("tta_vs_stock")
-            test = v["test_mean"] * (100 if v["test_mean"] <= 1 else 1)
-            out.append(
-                f"| `{name}` | {meth} | {test:.2f} "
-                f"| {'not reached' if t is None else f'{t:.1f} s'} "
-                f"| {'-' if vs is None else f'{vs:.2f}x'} | {v['speedup'] / _stock_speed(d):.2f}x "
-                f"| {d['environment']['date'][:10]} |"
-            )
-    return "\n".join(out)
-
-
 def _ratio_ci(x, ci) -> str:
     """``1.63x (1.55-1.70)``, the interval where the run recorded one; ``-`` when missing."""
     if x is None:
@@ -537,10 +517,6 @@ def stock_tta(rows: list) -> str:
         )
     out.append("\nJSON: " + ", ".join(f"`{n}`" for _, n in rows) + ".")
     return "\n".join(out)
-
-
-def _stock_speed(d: dict) -> float:
-    return d["summary"]["stock"]["speedup"]
 
 
 def int8_epochs(names: list) -> str:
@@ -688,7 +664,7 @@ def dist_scenarios(names: dict) -> str:
 #: launcher reports against stock DGL: (label, file); 3 seeds or more (single seeds and
 #: unconverged runs: docs/journal/2026-12-07-fixed-length-tta-figures.md)
 #: the validation family under each default tried (the package's first)
-FAMILY_VARIANTS = ["family_defaults.json", "family_switch_for_good.json", "family_no_switch.json"]
+FAMILY_VARIANTS = ["family_defaults.json", "family_switch_returns.json", "family_no_switch.json"]
 STOCK_DGL = [
     ("quickstart GCN", "tta_quickstart_vs_stock_interleaved.json"),
     ("quickstart SAGE", "tta_quickstart_sage_vs_stock_interleaved.json"),
@@ -703,14 +679,6 @@ CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
 BLOCKS = {
     "validation-family": lambda: family_table("family_defaults.json"),
     "validation-family-variants": lambda: family_variants(FAMILY_VARIANTS),
-    "stock-pyg": lambda: launcher_summary(
-        [
-            "launcher_200k_h100_pyg_seed0.json",
-            "launcher_200k_h100_pyg_seed1.json",
-            "pyg_quickstart_patch_vm_1128.json",
-            "pyg_cora_patch_quiet.json",
-        ]
-    ),
     "ceiling": lambda: ceiling(CEILINGS),
     "epoch-split": lambda: epoch_split(EPOCH_SPLITS),
     "epoch-levers": lambda: epoch_levers(
