@@ -20,6 +20,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from dgl_rsc.launcher.report import ratio_cell
+
 TOOLS = Path(__file__).resolve().parent
 RESULTS = TOOLS.parent / "docs" / "results"
 
@@ -476,19 +478,11 @@ def forward_gpu(name: str) -> str:
     return "\n".join(out)
 
 
-def _ratio_ci(x, ci) -> str:
-    """``1.63x (1.55-1.70)``, the interval where the run recorded one; ``-`` when missing."""
-    if x is None:
-        return "-"
-    return f"{x:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
-
-
 def _vs_stock(m: dict) -> str:
     """A method's time to target against stock's (``-`` where it or stock missed the target
     on a seed), its interval over seeds, and the seeds that reached it."""
-    return (
-        f"{_ratio_ci(m['tta_vs_stock'], m.get('tta_vs_stock_ci'))} ({m['tta_reached']}/{m['runs']})"
-    )
+    ratio = ratio_cell(m["tta_vs_stock"], m.get("tta_vs_stock_ci"))
+    return f"{ratio} ({m['tta_reached']}/{m['runs']})"
 
 
 def stock_tta(rows: list) -> str:
@@ -510,7 +504,7 @@ def stock_tta(rows: list) -> str:
                          for m in ("stock", "exact", "rsc"))  # fmt: skip
         out.append(
             f"| {label} | {r['runs']} | {test} | {gap} | {_vs_stock(s['exact'])}, "
-            f"{_vs_stock(r)} | {_ratio_ci(r['tta_speedup'], r.get('tta_speedup_ci'))} "
+            f"{_vs_stock(r)} | {ratio_cell(r['tta_speedup'], r.get('tta_speedup_ci'))} "
             f"| {s['exact']['vs_stock']:.2f}x, {r['vs_stock']:.2f}x | {conv} "
             f"| {env['date'][:10]} |"
         )

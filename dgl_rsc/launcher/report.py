@@ -16,7 +16,8 @@ default exact's best validation of the same seed minus ``report.tta_tolerance``)
 ``time_to_target_epoch`` that epoch; ``tta_speedup`` is exact's time over the method's and
 ``tta_vs_stock`` stock's over the method's, ``tta_speedup_ci`` and ``tta_vs_stock_ci`` their
 95% bootstrap intervals over the seeds (``[low, high]``), ``test_delta_ci`` the half-width of
-the 95% t-interval of the test gap to exact, paired by seed. ``tta_status`` is ``"reached"``,
+the 95% t-interval of ``test_delta`` (the test gap to exact, else to the baseline), paired by
+seed. ``tta_status`` is ``"reached"``,
 ``"not reached"`` (some seed never got there: times and speedups are ``null``) or
 ``"unavailable"`` (no exact run and no absolute target; ``tta_reason`` says why).
 metrics.csv has ``train_time_s``, the training seconds after each epoch (``wall_s`` is the
@@ -139,8 +140,9 @@ def summarize(records: list, tolerance: float = DEFAULT_TOLERANCE, target=None) 
     if baselines:
         fastest = min(baselines, key=lambda m: summary[m]["epoch_s_mean"])
         base = summary[fastest]
-        exact = summary.get("exact")
-        for s in summary.values():
+        ref_name = "exact" if "exact" in summary else fastest
+        ref = summary[ref_name]
+        for method, s in summary.items():
             s["baseline"] = fastest
             s["speedup"] = base["epoch_s_mean"] / s["epoch_s_mean"]
             approx = s["approx_epoch_s_mean"] or s["epoch_s_mean"]
@@ -148,12 +150,9 @@ def summarize(records: list, tolerance: float = DEFAULT_TOLERANCE, target=None) 
             for m in baselines:
                 s[f"vs_{m}"] = summary[m]["epoch_s_mean"] / s["epoch_s_mean"]
             s["backward_speedup"] = base["backward_s_mean"] / s["backward_s_mean"]
-            ref = exact or base
             known = s["test_mean"] is not None and ref["test_mean"] is not None
             s["test_delta"] = s["test_mean"] - ref["test_mean"] if known else None
-    for method, s in summary.items():
-        ref = "exact" if "exact" in summary else None
-        s["test_delta_ci"] = _gap_half_width(records, method, ref) if ref else None
+            s["test_delta_ci"] = _gap_half_width(records, method, ref_name) if known else None
     _add_tta(summary, time_to_accuracy(records, tolerance, target))
     return summary
 
@@ -193,11 +192,11 @@ def _tta_cells(s: dict) -> tuple:
         return (f"not reached {s['tta_reached']}/{len(s['tta_runs'])}", "-", "-")
     epoch = s["time_to_target_epoch"]
     when = f"{s['time_to_target_s']:.2f}s @{epoch:.0f}"
-    return tuple([when] + [_ratio_cell(s[k], s.get(f"{k}_ci"))
+    return tuple([when] + [ratio_cell(s[k], s.get(f"{k}_ci"))
                            for k in ("tta_speedup", "tta_vs_stock")])  # fmt: skip
 
 
-def _ratio_cell(value, ci) -> str:
+def ratio_cell(value, ci) -> str:
     """``1.12x`` or, with its interval, ``1.12x (1.04-1.18)``; ``-`` when missing."""
     if value is None:
         return "-"
