@@ -23,7 +23,9 @@ at once.
         --set train.stop=plateau --variant switch10:switch_patience=10 --out runs/qs_variants
 
 ``--variant NAME:key=value,...`` adds an RSC run under other ``rsc`` settings, trained in turn
-with the others and reported as method ``NAME``.
+with the others and reported as method ``NAME``; ``train.precision`` and the ``train.int8_*``
+keys may change too (``--variant int8-rsc:train.precision=int8``: INT8 + RSC, forced, against
+fp32 exact).
 """
 
 from __future__ import annotations
@@ -101,19 +103,33 @@ def interleave(cfg, prep, seed: int, variants=()) -> list:
     return [run.record() for run in runs]
 
 
+#: settings outside ``rsc`` a variant may change: applied per run when its model is set up
+#: (``launcher.train._setup``), so the runs share one prepared dataset
+RUN_KEYS = ("precision", "int8_rounding", "int8_dense", "int8_sparse", "int8_saved")
+
+
 def rsc_variants(config: str, sets: list, texts: list, cfg) -> list:
     """``(name, config)`` of each ``--variant NAME:key=value,...`` (keys without a section
-    are ``rsc`` keys); a variant may change the ``rsc`` section only."""
+    are ``rsc`` keys); a variant may change the ``rsc`` section and the per-run training
+    settings of :data:`RUN_KEYS` (``train.precision=int8``: INT8 + RSC)."""
     out = []
     for text in texts:
         name, changes = parse_variant(text)
         if name in ("stock", "exact", "rsc") or name in dict(out) or not name:
             raise SystemExit(f"--variant {text!r}: name it other than stock, exact, rsc and "
                              "the other variants.")  # fmt: skip
+        if any(k.startswith("train.") for k in changes):  # INT8 picked, not measured
+            changes.setdefault("train.int8_pick", "always")
         vcfg = load_config(config, [*sets, *(f"{k}={json.dumps(v)}" for k, v in changes.items())])
-        if {**vcfg.to_dict(), "rsc": None} != {**cfg.to_dict(), "rsc": None} or vcfg.rsc is None:
-            raise SystemExit(f"--variant {text!r} changes more than the rsc section; give rsc.* "
-                             "keys only.")  # fmt: skip
+        free = {"rsc": None, "train": {**vcfg.to_dict()["train"]}}
+        for key in (*RUN_KEYS, "int8_pick"):
+            free["train"].pop(key, None)
+        base = {**cfg.to_dict(), "rsc": None, "train": {**cfg.to_dict()["train"]}}
+        for key in (*RUN_KEYS, "int8_pick"):
+            base["train"].pop(key, None)
+        if {**vcfg.to_dict(), **free} != base or vcfg.rsc is None:
+            raise SystemExit(f"--variant {text!r} changes more than the rsc section and "
+                             f"train.{{{','.join(RUN_KEYS)}}}; give those keys only.")  # fmt: skip
         out.append((name, vcfg))
     return out
 
@@ -127,7 +143,7 @@ def main(argv=None) -> int:
         "--variant",
         action="append",
         default=[],
-        help="NAME:key=value,... an RSC run under these rsc.* settings, in turn too",
+        help="NAME:key=value,... an RSC run under these rsc.* (and train.precision, train.int8_*) settings, in turn too",
     )
     p.add_argument("--out", required=True, help="a new or empty directory")
     args = p.parse_args(argv)
