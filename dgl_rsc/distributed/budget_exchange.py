@@ -4,8 +4,11 @@ Every training message group (direction, layer, peer) travels as the rank's
 :class:`~.budget_plan.CommBudget` says: at a width, and with a row cap.
 
 - Forward: a capped group sends ``k`` of its ``n`` boundary rows, uniformly, times ``n / k``,
-  with their int32 positions (:mod:`.boundary`); a header round first tells each receiver
-  the row count and width of what follows. The receiver's halo holds zeros for the rows left
+  with their int32 positions in the same message (:mod:`.boundary`, :func:`~.exchange.pack_rows`).
+  A header round tells each receiver the row count and width of what follows, on the steps
+  whose plan may differ from the last one's (:meth:`~.budget_plan.CommBudget.replans`: the
+  first exchange of each layer, and the steps after a re-allocation); between them the
+  receivers keep the last header. The receiver's halo holds zeros for the rows left
   out, and :meth:`BudgetedExchange.forward_sample` hands the picked rows to the product's
   backward.
 - Backward: the halo block's gradient (on the forward's picked rows only, times ``n / k``,
@@ -30,7 +33,7 @@ from .boundary import ForwardSample, boundary_rows
 from .budget_plan import CommBudget
 from .codecs import codec_for
 from .comm_budget import row_quant_variance
-from .exchange import HaloExchange
+from .exchange import HaloExchange, pack_rows, unpack_rows
 from .halo_sample import sample_halo_rows
 from .runtime import wait_all
 
@@ -41,7 +44,7 @@ __all__ = ["BudgetedExchange"]
 class _Handle:
     works: list
     peers: list
-    recv: dict  # q -> (index buffer or None, payload, rows, codec)
+    recv: dict  # q -> (message, whether it starts with an index, rows, codec)
     keep: list
     width: int
     dtype: torch.dtype
@@ -59,6 +62,28 @@ class BudgetedExchange(HaloExchange):
         self.generator = torch.Generator(device=ctx.device).manual_seed(
             budget.seed * 7919 + 104_729 * (part.rank + 1)
         )
+        self._told: dict = {}  # layer -> {peer: (rows, bits)} this rank last sent in a header
+        self._heard: dict = {}  # layer -> {peer: (rows, bits)} the last header received
+
+    def _headers(self, layer: int, out: dict, n_in: dict, dev) -> dict:
+        """``{peer: (rows, bits)}`` of the messages this rank receives at ``layer``: from a
+        header round when the plan may have changed (every rank decides alike: the step and
+        the layers seen), else the last one's. ``out[q] = (pick, vals, bits)``: what this
+        rank sends; a plan that changes between header rounds is a bug, raised here."""
+        heads = {q: (int(v.shape[0]), int(b)) for q, (_, v, b) in out.items()}
+        if layer in self._heard and not self.budget.replans():
+            if heads != self._told[layer]:
+                raise RuntimeError(
+                    f"rank {self.part.rank}: the forward plan of layer {layer} changed between "
+                    f"header rounds ({self._told[layer]} -> {heads}); please report this."
+                )
+            return self._heard[layer]
+        inbox = {q: torch.zeros(2, dtype=torch.int64, device=dev) for q in self.peers if n_in[q]}
+        self._control(inbox, {q: torch.tensor(h, dtype=torch.int64, device=dev)
+                              for q, h in heads.items()}, "the forward halo counts")  # fmt: skip
+        self._told[layer] = heads
+        self._heard[layer] = {q: tuple(int(v) for v in buf.tolist()) for q, buf in inbox.items()}
+        return self._heard[layer]
 
     # -- forward --------------------------------------------------------------------------
     def start_forward(self, x_own: torch.Tensor, kind: str = "forward_halo"):
@@ -79,35 +104,28 @@ class BudgetedExchange(HaloExchange):
                 vals = rows if pick is None else rows[pick] * (n / ch.rows)
                 out[q] = (pick, vals, ch.bits)
         n_in = {q: self.offsets[q + 1] - self.offsets[q] for q in self.peers}
-        inbox = {q: torch.zeros(2, dtype=torch.int64, device=dev) for q in self.peers if n_in[q]}
-        heads = {q: torch.tensor([v.shape[0], b], dtype=torch.int64, device=dev)
-                 for q, (_, v, b) in out.items()}  # fmt: skip
-        self._control(inbox, heads, "the forward halo counts")
+        heard = self._headers(layer, out, n_in, dev)
         tag = self._next_tag()
         handle = _Handle([], [], {}, [], width, x_own.dtype, layer)
         received, err = 0, [0.0, 0.0, 0.0]
         for q in self.peers:
-            if q in inbox:
-                k, b = (int(v) for v in inbox[q].tolist())
+            if q in heard:
+                k, b = heard[q]
                 codec = codec_for(b, gen)
-                bufs = [torch.empty(codec.nbytes(k, width), dtype=torch.uint8, device=dev)]
-                if k < n_in[q]:
-                    bufs.insert(0, torch.empty(k, dtype=torch.int32, device=dev))
-                handle.recv[q] = (bufs[0] if len(bufs) == 2 else None, bufs[-1], k, codec)
-                for buf in bufs:
-                    handle.works.append(dist.irecv(buf, src=q, tag=tag))
-                    handle.peers.append(q)
-                    received += buf.numel() * buf.element_size()
+                index = 4 * k if k < n_in[q] else 0  # a sampled block: positions first
+                buf = torch.empty(index + codec.nbytes(k, width), dtype=torch.uint8, device=dev)
+                handle.recv[q] = (buf, index > 0, k, codec)
+                handle.works.append(dist.irecv(buf, src=q, tag=tag))
+                handle.peers.append(q)
+                received += buf.numel()
             if q in out:
                 pick, vals, b = out[q]
                 payload = codec_for(b, gen).encode(vals.detach())
-                msgs = ([] if pick is None else [pick.to(torch.int32)]) + [payload]
-                for m in msgs:
-                    handle.works.append(dist.isend(m, dst=q, tag=tag))
-                    handle.peers.append(q)
-                handle.keep += msgs
-                nbytes = sum(m.numel() * m.element_size() for m in msgs)
-                self._count("forward_halo", layer, q, nbytes, b, vals.shape[0])
+                msg = payload if pick is None else pack_rows(pick, payload)
+                handle.works.append(dist.isend(msg, dst=q, tag=tag))
+                handle.peers.append(q)
+                handle.keep.append(msg)
+                self._count("forward_halo", layer, q, msg.numel(), b, vals.shape[0])
                 if self.budget.measuring:
                     exact = x_own[self.send_idx[q]]
                     var = (exact.shape[0] / vals.shape[0] - 1) * float(
@@ -127,12 +145,13 @@ class BudgetedExchange(HaloExchange):
         t0 = time.perf_counter()
         wait_all(handle.works, self.ctx, "the forward halo exchange", handle.peers)
         self.timings["forward_wait"] += time.perf_counter() - t0
-        sampled = any(idx is not None for idx, _, _, _ in handle.recv.values())
+        sampled = any(indexed for _, indexed, _, _ in handle.recv.values())
         make = torch.zeros if sampled else torch.empty
         halo = make(self.part.n_halo, handle.width, dtype=handle.dtype, device=self.ctx.device)
         picked = {}
-        for q, (idx, pay, k, codec) in handle.recv.items():
+        for q, (buf, indexed, k, codec) in handle.recv.items():
             lo, hi = self.offsets[q], self.offsets[q + 1]
+            idx, pay = unpack_rows(buf, k) if indexed else (None, buf)
             vals = codec.decode(pay, k, handle.width, handle.dtype)
             if idx is None:
                 halo[lo:hi] = vals

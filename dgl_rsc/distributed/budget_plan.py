@@ -10,7 +10,8 @@ on its own the widest width that fits ``fraction`` of its reference bytes (the n
 sampled to fit, when none does): every step keeps to the budget, the first one included.
 
 Each rank allocates its own sends: the ranks' budgets add up to ``fraction`` of the whole
-exchange, and the receivers learn each message's width and row count from a header round.
+exchange, and the receivers learn each message's width and row count from a header round
+(forward: only on the steps that may re-plan, :meth:`CommBudget.replans`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,13 @@ class CommBudget:
             self.solve()
         self.step += 1
         self.measuring = self.step % self.interval == 0
+
+    def replans(self) -> bool:
+        """Whether this step's forward plans may differ from the last step's: its first
+        step (the prior choices) and the step after each measuring one (the re-allocation).
+        A pure function of the step, so every rank answers alike; between these steps a
+        forward group keeps its choice (only backward groups are fitted step by step)."""
+        return self.step <= 0 or (self.step - 1) % self.interval == 0
 
     def plan(
         self, direction: str, layer: int, peer: int, plan_rows: int, rows: torch.Tensor

@@ -7,9 +7,10 @@ while the messages are in flight; :meth:`HaloExchange.finish_forward` waits and 
 halo rows.
 
 Backward: the gradient of the halo rows goes back to their owners, who add it to their own
-rows. Only rows that are not all zero travel (an index and the rows): with RSC's sampled
-backward, a halo row gets a gradient only when a kept row touches it, so the budget shrinks
-the bytes sent. A first round tells each peer how many rows follow.
+rows. Only rows that are not all zero travel (an index and the rows, in one message: see
+:func:`pack_rows`): with RSC's sampled backward, a halo row gets a gradient only when a kept
+row touches it, so the budget shrinks the bytes sent. A first round tells each peer how many
+rows follow.
 
 The rows travel through a codec picked by a bit-width policy (:mod:`.codecs`: 32-bit rows as
 they are, or the quantized codes of :mod:`dgl_rsc.distributed.quant`, fixed or adaptive).
@@ -28,7 +29,7 @@ from .codecs import BitPolicy, Codec, RawCodec, codec_for
 from .halo import LocalPartition
 from .runtime import DistContext, wait_all
 
-__all__ = ["Codec", "RawCodec", "HaloExchange"]  # the codecs live in .codecs
+__all__ = ["Codec", "RawCodec", "HaloExchange", "pack_rows", "unpack_rows"]  # codecs: .codecs
 
 
 class HaloExchange:
@@ -185,7 +186,8 @@ class HaloExchange:
 
     def send_back(self, outgoing: dict, bits: dict, g_own: torch.Tensor, generator=None,
                   layer=None) -> dict:  # fmt: skip
-        """The backward's two rounds: ``outgoing[q] = (rows (K,) int32 positions in q's
+        """The backward's two rounds (the counts, then one message per peer: the index and
+        the payload, :func:`pack_rows`): ``outgoing[q] = (rows (K,) int32 positions in q's
         halo block, values (K, D))`` go to rank ``q`` at ``bits[q]``; what the others send
         is added to ``g_own`` at their rows. Counted as ``backward_halo`` (per peer under
         ``layer`` when given). Returns the bytes sent to each peer."""
@@ -197,7 +199,7 @@ class HaloExchange:
             q: torch.tensor([rows.numel(), int(bits[q])], dtype=torch.int64, device=dev)
             for q, (rows, _) in outgoing.items()
         }, "the backward halo counts")  # fmt: skip
-        # round 2: the rows (an index and the payload)
+        # round 2: the rows, an index and the payload in one message per peer
         tag2 = self._next_tag()
         works, peers, recv, keep, sent = [], [], {}, [], {}
         received = 0
@@ -205,26 +207,26 @@ class HaloExchange:
             n, b = (int(v) for v in buf.tolist())
             if n:
                 codec = codec_for(b, generator)
-                idx = torch.empty(n, dtype=torch.int32, device=dev)
-                pay = torch.empty(codec.nbytes(n, width), dtype=torch.uint8, device=dev)
-                works += [dist.irecv(idx, src=q, tag=tag2), dist.irecv(pay, src=q, tag=tag2)]
-                peers += [q, q]
-                recv[q] = (idx, pay, n, codec)
-                received += idx.numel() * 4 + pay.numel()
+                msg = torch.empty(4 * n + codec.nbytes(n, width), dtype=torch.uint8, device=dev)
+                works.append(dist.irecv(msg, src=q, tag=tag2))
+                peers.append(q)
+                recv[q] = (msg, n, codec)
+                received += msg.numel()
         for q, (rows, vals) in outgoing.items():
             if rows.numel():
-                payload = codec_for(bits[q], generator).encode(vals)
-                keep += [rows, payload]
-                works += [dist.isend(rows, dst=q, tag=tag2), dist.isend(payload, dst=q, tag=tag2)]
-                peers += [q, q]
-                sent[q] = rows.numel() * 4 + payload.numel()
+                msg = pack_rows(rows, codec_for(bits[q], generator).encode(vals))
+                keep.append(msg)
+                works.append(dist.isend(msg, dst=q, tag=tag2))
+                peers.append(q)
+                sent[q] = msg.numel()
         wait_all(works, self.ctx, "the backward halo exchange", peers)
         self.ctx.bytes.add("backward_halo", sent=sum(sent.values()), received=received,
                            messages=len(works))  # fmt: skip
         if layer is not None:
             for q, nbytes in sent.items():
                 self.ctx.bytes.add_peer("backward_halo", layer, q, sent=nbytes)
-        for q, (idx, pay, n, codec) in recv.items():
+        for q, (msg, n, codec) in recv.items():
+            idx, pay = unpack_rows(msg, n)
             rows = self.send_idx[q][idx.long()]
             g_own.index_add_(0, rows, codec.decode(pay, n, width, g_own.dtype))
         return sent
@@ -237,6 +239,18 @@ class HaloExchange:
     def exchange_once(self, x_own: torch.Tensor, kind: str) -> torch.Tensor:
         """Forward exchange without overlap: ``(n_halo, D)`` halo rows."""
         return self.finish_forward(self.start_forward(x_own, kind))
+
+
+def pack_rows(index: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
+    """One message of ``4 K + B`` bytes: the ``(K,)`` int32 ``index`` followed by the
+    ``(B,)`` uint8 ``payload`` (a codec's encoded rows; every codec's parts start at offsets
+    that stay aligned after ``4 K`` bytes). Sending them together halves the messages."""
+    return torch.cat([index.to(torch.int32).contiguous().view(torch.uint8), payload.reshape(-1)])
+
+
+def unpack_rows(message: torch.Tensor, k: int) -> tuple:
+    """``(index (K,) int32, payload (B,) uint8)``: views of a :func:`pack_rows` message."""
+    return message[: 4 * k].view(torch.int32), message[4 * k :]
 
 
 def local_rows(x_own: torch.Tensor, halo: torch.Tensor, out: Optional[torch.Tensor] = None):

@@ -178,8 +178,8 @@ def rank_traffic(src, dst, num_nodes: int, part, shape: ModelShape, train_mask,
             _replica(out, nodes, width, c, "replica_reduce")
         if grad:
             m = halo_rows(src, dst, n, part, q, rows=rows)
-            moves = _block_moves(m, c, False)  # an index message and a payload per peer
-            add("backward_halo", _row_bytes(moves, width, bw, index=True), per_peer=2)
+            moves = _block_moves(m, c, False)  # the index and the payload: one message
+            add("backward_halo", _row_bytes(moves, width, bw, index=True))
             if c > 1:
                 _replica(out, nodes, width, c, "replica_grad")
     group = q if c > 1 else p  # 1.5D: over the process column

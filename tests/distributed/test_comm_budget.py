@@ -266,11 +266,13 @@ def test_a_bad_budget_stops_the_launcher_before_any_worker(tmp_path):
         assert "starting 2 workers" not in proc.stdout + proc.stderr
 
 
-def exchange_steps(P, make_exchange, steps=4, layers=1, D=8):
+def exchange_steps(P, make_exchange, steps=4, layers=1, D=8,
+                   kinds=("forward_halo", "backward_halo"), field="sent"):  # fmt: skip
     """``steps`` training steps of a ``layers``-deep chain of aggregations (ReLU and a
     linear map between them, loss on a tenth of the nodes: most gradient rows are zero) on a
     random graph of ``P`` ranks simulated in one process (:class:`.loopback.Loopback`); per
-    rank, the halo bytes it sent per step and the exchange it ran on."""
+    rank, the ``field`` (bytes ``sent``, ``messages``) of each of ``kinds`` per step, the
+    exchange it ran on and its local partition."""
     import datetime
 
     from dgl_rsc.distributed.halo import all_local
@@ -301,8 +303,7 @@ def exchange_steps(P, make_exchange, steps=4, layers=1, D=8):
             mask = trained[s][lp.owned]
             ((h - target[lp.owned]).square().sum(1) * mask).sum().backward()
             after = ctx.bytes.snapshot()
-            sent.append([after[k]["sent"] - before[k]["sent"]
-                         for k in ("forward_halo", "backward_halo")])  # fmt: skip
+            sent.append([after[k][field] - before[k][field] for k in kinds])
         return sent, ex, lp
 
     with Loopback() as net:

@@ -12,9 +12,11 @@ Per rank (every rank alike; a partitioner's imbalance is not modelled):
   machine's fitted rates, one core per rank);
 - communication: :data:`ALPHA_S` per message sent or received, :data:`ROUND_S` per exchange
   round (a layer's halo, a backward count round, a replica-sum step, a step of the
-  parameters' tree all-reduce), and the larger of the bytes sent and received over the
-  link's bandwidth (full duplex, line rate); no overlap with compute; every rank exchanges
-  with every other rank of its group (true of these halos from 8 ranks on);
+  parameters' tree all-reduce; a backward index travels with its rows, and the budget's
+  forward header round runs on the steps after a re-allocation, one in :data:`REPLAN`), and
+  the larger of the bytes sent and received over the link's bandwidth (full duplex, line
+  rate); no overlap with compute; every rank exchanges with every other rank of its group
+  (true of these halos from 8 ranks on);
 - the halo: :func:`comm_halo.halo_per_rank` with the edge-cut fraction METIS gave at ``P``
   parts on a synthetic stand-in of the graph (``comm_halo.py``: the package's DC-SBM generator
   with the graph's average degree and class count, homophily 0.8, 1/10 or fewer of its
@@ -26,10 +28,11 @@ Per rank (every rank alike; a partitioner's imbalance is not modelled):
   the kept rows only; 8-bit: the codec's row size and its work; budget ``F``: halo bytes ``F``
   times exact fp32 1D's (the byte budget's definition), RSC's compute plus the codec on every
   halo row;
-- 1.5D per ``/work/tools/SPEC-15D.md``: ``q = P / c`` blocks, the halo of ``q`` parts over
-  ``c`` replicas for a receiver, but the whole block's rows for its sender (replica ``j % c``
-  of block ``j`` serves every block); the replica all-reduces (a ring, fp32, not budgeted).
-  ``--deal balanced`` deals column blocks by ``(i + j) % c`` instead, spreading the sends.
+- 1.5D as ``docs/guide/distributed.md`` describes it: ``q = P / c`` blocks, the halo of
+  ``q`` parts over ``c`` replicas for a receiver, but the whole block's rows for its sender
+  (replica ``j % c`` of block ``j`` serves every block); the replica all-reduces (a ring,
+  fp32, not budgeted). ``--deal balanced`` deals column blocks by ``(i + j) % c`` instead,
+  spreading the sends.
 
 Example::
 
@@ -76,6 +79,9 @@ REPLICATION = (2, 4, 8)
 ALPHA_S, ROUND_S = 5e-6, 20e-6
 #: the model the projections train: GCN, 3 layers, hidden 256 (CAGNET's and AdaQP's setting)
 HIDDEN, LAYERS = 256, 3
+#: steps between the byte budget's re-allocations (``distributed.adaptive_interval``'s
+#: default): its forward header round runs on one step in REPLAN
+REPLAN = 10
 POWER_LAW = 2.5  # the degree law's exponent (the generator's default; an assumption)
 MODES = ("exact", "rsc", "bits8", "budget")
 
@@ -223,11 +229,13 @@ def project_one(gr: Graph, p: int, c: int, mode: str, rates: dict, gbps: float,
     allreduce = 4.0 * shape.params * 2 * (group - 1) / group
     layers_b = sum(1 for g in grads if g)
     peers = (q - 1) if (c > 1 and deal == "spec") else (q - 1) / c
-    # halo: a message to and from each peer per forward layer; backward a count round and
-    # the index and rows; replica sums 2 (c - 1) steps each way; the all-reduce a tree
-    messages = peers * (2 * len(widths) + 6 * layers_b) + 4 * math.log2(group)
+    # halo: a message to and from each peer per forward layer (the budget's header round on
+    # one step in REPLAN); backward a count round and one message of index and rows; replica
+    # sums 2 (c - 1) steps each way; the all-reduce a tree
+    heads = len(widths) / REPLAN if mode == "budget" else 0.0
+    messages = peers * (2 * len(widths) + 2 * heads + 4 * layers_b) + 4 * math.log2(group)
     messages += 4 * (c - 1) * (len(widths) + layers_b)
-    rounds = len(widths) + 2 * layers_b + 2 * math.log2(group)
+    rounds = len(widths) + heads + 2 * layers_b + 2 * math.log2(group)
     rounds += 2 * (c - 1) * (len(widths) + layers_b)
     comm = (ALPHA_S * messages + ROUND_S * rounds
             + 8.0 / (gbps * 1e9) * (max(sent, recv) + replica + allreduce))  # fmt: skip

@@ -143,7 +143,8 @@ def main(argv=None) -> int:
         "--variant",
         action="append",
         default=[],
-        help="NAME:key=value,... an RSC run under these rsc.* (and train.precision, train.int8_*) settings, in turn too",
+        help="NAME:key=value,... an RSC run under these rsc.* (and train.precision, "
+        "train.int8_*) settings, in turn too",
     )
     p.add_argument("--out", required=True, help="a new or empty directory")
     args = p.parse_args(argv)
