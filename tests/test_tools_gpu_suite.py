@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.heavy  # about 20-45 s: make test-heavy (CI runs it)
 def test_dry_run_checks_every_stage_command(tmp_path):
     stages = ["tests", "forward", "precision", "tta5", "kernels"]
     env = dict(os.environ, PYTHON=sys.executable)

@@ -11,6 +11,7 @@ from .launcher.test_launcher import write_config
 from .test_tools_tta import _tool
 
 
+@pytest.mark.heavy  # about 20-45 s: make test-heavy (CI runs it)
 def test_profile_run_splits_each_methods_epoch(tmp_path):
     cfg = write_config(tmp_path, train={"epochs": 30, "eval_every": 5})
     out = tmp_path / "profile.json"
@@ -44,6 +45,7 @@ def test_profile_run_refuses_no_process_or_no_profiled_epoch(tmp_path, opt):
         _tool("profile_run.py", cfg, opt, "0", "--out", str(tmp_path / "p.json"))
 
 
+@pytest.mark.heavy  # about 20-45 s: make test-heavy (CI runs it)
 def test_profile_run_books_int8_work_in_its_own_categories(tmp_path):
     # three layers: the middle one's products run in INT8 (the first aggregates its constant
     # input once, in fp32; the last stays fp32); INT8 forced: `auto` measures, and on a graph

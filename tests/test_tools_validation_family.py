@@ -8,12 +8,15 @@ import json
 import os
 import sys
 
+import pytest
+
 from .launcher.test_launcher import REPO
 from .proc import run as run_cmd
 
 TOOL = os.path.join(REPO, "tools", "validation_family.py")
 
 
+@pytest.mark.heavy  # about 20-45 s: make test-heavy (CI runs it)
 def test_the_family_tool_runs_a_member_to_convergence_and_summarizes_it(tmp_path):
     out = tmp_path / "family.json"
     env = {**os.environ, "CI": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": REPO}

@@ -267,12 +267,14 @@ def test_a_bad_budget_stops_the_launcher_before_any_worker(tmp_path):
 
 
 def exchange_steps(P, make_exchange, steps=4, layers=1, D=8,
-                   kinds=("forward_halo", "backward_halo"), field="sent"):  # fmt: skip
+                   kinds=("forward_halo", "backward_halo"), field="sent",
+                   timeout=30.0):  # fmt: skip
     """``steps`` training steps of a ``layers``-deep chain of aggregations (ReLU and a
     linear map between them, loss on a tenth of the nodes: most gradient rows are zero) on a
     random graph of ``P`` ranks simulated in one process (:class:`.loopback.Loopback`); per
     rank, the ``field`` (bytes ``sent``, ``messages``) of each of ``kinds`` per step, the
-    exchange it ran on and its local partition."""
+    exchange it ran on and its local partition. ``timeout``: seconds a receive waits (a
+    rank that raised leaves its peers waiting that long)."""
     import datetime
 
     from dgl_rsc.distributed.halo import all_local
@@ -306,7 +308,7 @@ def exchange_steps(P, make_exchange, steps=4, layers=1, D=8,
             sent.append([after[k][field] - before[k][field] for k in kinds])
         return sent, ex, lp
 
-    with Loopback() as net:
+    with Loopback(timeout) as net:
         return net.run(P, rank)
 
 

@@ -89,4 +89,4 @@ def test_a_plan_that_changes_between_header_rounds_is_caught(monkeypatch):
     with pytest.raises(RuntimeError, match="forward plan of layer 0 changed between header"):
         exchange_steps(3, lambda lp, ctx: BudgetedExchange(
             lp, ctx, CommBudget(0.1, rank=lp.rank, interval=1, boundary=FRACTIONS)),
-            steps=4)  # fmt: skip
+            steps=4, timeout=2.0)  # fmt: skip
