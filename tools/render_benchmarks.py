@@ -661,6 +661,7 @@ FAMILY_VARIANTS = ["family_defaults.json", "family_switch_returns.json", "family
 STOCK_DGL = [
     ("quickstart GCN", "tta_quickstart_vs_stock_plateau.json"),
     ("quickstart SAGE", "tta_quickstart_sage_vs_stock_plateau.json"),
+    ("tolokers GCN", "tta_tolokers_vs_stock_plateau.json"),
 ]
 CEILINGS = [(label, f"step_costs_ceiling_{g}.json") for label, g in
             (("quickstart GCN", "quickstart"), ("quickstart SAGE", "quickstart_sage"),
