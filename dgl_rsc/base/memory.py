@@ -80,8 +80,13 @@ def keep_freed_memory(keep: bool = True) -> bool:
     ``keep=True`` sets ``M_MMAP_MAX=0`` (no block is served by ``mmap``, so none is unmapped
     on free) and ``M_TRIM_THRESHOLD`` to 2 GiB (the heap's free top is not handed back until
     it exceeds that). The process's resident memory then stays near its peak instead of
-    falling between steps; the peak itself is unchanged or lower (blocks are reused instead
-    of fresh ones mapped beside them). ``keep=False`` restores glibc's static defaults
+    falling between steps, and the peak itself rises: every large block now lives in the one
+    heap, which grows at its top whenever a request finds no free hole large enough, so holes
+    left between longer-lived blocks stay resident. Measured on a 100000-node graph of degree
+    50, width 256, 3-layer GCN (``tools/experiments/memory_epochs.py``, 4 steps, 2-core VM,
+    2026-12-08): peak 2.1-2.8 GB kept against 1.6-1.9 GB with glibc's defaults, the heap
+    holding 0.8-0.95 GB free at the step's peak, for steps about 15% faster.
+    ``keep=False`` restores glibc's static defaults
     (mmap above 128 KiB, trim above 128 KiB), close to what a process starts with, and hands
     the heap's free memory back (``malloc_trim``).
 
