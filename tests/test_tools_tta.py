@@ -223,3 +223,27 @@ def test_interleaved_tta_trains_each_method_as_the_launcher_does(tmp_path, stock
     again = run_cmd([sys.executable, tool, cfg, "--out", str(tmp_path / "inter")], cwd=REPO,
                     timeout=120)  # fmt: skip
     assert again.returncode != 0 and "not empty" in again.stderr
+
+
+def test_an_interleaved_variant_may_set_the_precision_and_nothing_else_outside_rsc(tmp_path):
+    """``--variant`` keys: ``rsc.*`` and the per-run ``train.precision``/``train.int8_*``
+    (a precision variant trains INT8 as set: ``int8_pick`` always); any other key stops
+    the tool with a message naming what may change."""
+    import importlib.util
+
+    from dgl_rsc.launcher.yaml_io import load_config
+
+    spec = importlib.util.spec_from_file_location(
+        "interleaved_tta", os.path.join(TOOLS, "experiments", "interleaved_tta.py")
+    )
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    cfg_path = write_config(tmp_path)
+    cfg = load_config(cfg_path, [])
+    (name, v8), (_, vb) = tool.rsc_variants(
+        cfg_path, [], ["i8:train.precision=int8,train.int8_saved=fp32", "b:budget=0.5"], cfg
+    )
+    assert name == "i8" and (v8.train.precision, v8.train.int8_saved) == ("int8", "fp32")
+    assert v8.train.int8_pick == "always" and vb.rsc.budget == 0.5
+    with pytest.raises(SystemExit, match=r"changes more than the rsc section and train\."):
+        tool.rsc_variants(cfg_path, [], ["wide:model.hidden=32"], cfg)

@@ -108,6 +108,14 @@ def interleave(cfg, prep, seed: int, variants=()) -> list:
 RUN_KEYS = ("precision", "int8_rounding", "int8_dense", "int8_sparse", "int8_saved")
 
 
+def _shared(cfg) -> dict:
+    """``cfg`` as a dict without what a variant may change (``rsc``, :data:`RUN_KEYS` and
+    ``train.int8_pick``): equal for a variant and its base config."""
+    d = cfg.to_dict()
+    train = {k: v for k, v in d["train"].items() if k not in (*RUN_KEYS, "int8_pick")}
+    return {**d, "rsc": None, "train": train}
+
+
 def rsc_variants(config: str, sets: list, texts: list, cfg) -> list:
     """``(name, config)`` of each ``--variant NAME:key=value,...`` (keys without a section
     are ``rsc`` keys); a variant may change the ``rsc`` section and the per-run training
@@ -121,13 +129,7 @@ def rsc_variants(config: str, sets: list, texts: list, cfg) -> list:
         if any(k.startswith("train.") for k in changes):  # INT8 picked, not measured
             changes.setdefault("train.int8_pick", "always")
         vcfg = load_config(config, [*sets, *(f"{k}={json.dumps(v)}" for k, v in changes.items())])
-        free = {"rsc": None, "train": {**vcfg.to_dict()["train"]}}
-        for key in (*RUN_KEYS, "int8_pick"):
-            free["train"].pop(key, None)
-        base = {**cfg.to_dict(), "rsc": None, "train": {**cfg.to_dict()["train"]}}
-        for key in (*RUN_KEYS, "int8_pick"):
-            base["train"].pop(key, None)
-        if {**vcfg.to_dict(), **free} != base or vcfg.rsc is None:
+        if _shared(vcfg) != _shared(cfg) or vcfg.rsc is None:
             raise SystemExit(f"--variant {text!r} changes more than the rsc section and "
                              f"train.{{{','.join(RUN_KEYS)}}}; give those keys only.")  # fmt: skip
         out.append((name, vcfg))
